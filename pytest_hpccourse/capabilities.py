@@ -1,0 +1,94 @@
+"""Detect the capabilities a lesson can `require`, once per process.
+
+A capability is a name from DESIGN.md's "Runtimes". Each detector is cheap and imports nothing
+heavy unless that capability is actually asked for. `HPCCOURSE_CAPS_OFF=cuda,ray` pretends the
+listed capabilities are missing (handy to see what a learner without them gets).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@functools.cache
+def has_cuda_gpu() -> bool:
+    """True when CuPy is importable and sees at least one CUDA device."""
+    if os.environ.get("HPCCOURSE_CUDA") == "cpu" or not _has_module("cupy"):
+        return False
+    try:
+        import cupy  # type: ignore[import-not-found]
+
+        return int(cupy.cuda.runtime.getDeviceCount()) > 0
+    except Exception:
+        return False
+
+
+@functools.cache
+def has_torch_cuda() -> bool:
+    """True when PyTorch sees a CUDA device (imports torch only when torch is installed)."""
+    if not _has_module("torch"):
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _has_cxx_compiler() -> bool:
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        return False
+    try:
+        subprocess.run([cxx, "--version"], capture_output=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+def _cuda() -> bool:
+    # CUDA C lessons run on a real GPU through CuPy, or on the CPU emulator (needs a C++ compiler).
+    if os.environ.get("HPCCOURSE_CUDA") == "gpu":
+        return has_cuda_gpu()
+    return has_cuda_gpu() or _has_cxx_compiler()
+
+
+DETECTORS: dict[str, Callable[[], bool]] = {
+    "torch": lambda: _has_module("torch"),
+    "numpy": lambda: _has_module("numpy"),
+    "cuda": _cuda,
+    "cuda-gpu": has_cuda_gpu,
+    "triton": lambda: _has_module("triton") and _has_module("torch"),
+    "ray": lambda: _has_module("ray") and _has_module("torch"),
+    "mlir": lambda: _has_module("mlir") and _has_module("xdsl"),
+    "cute": lambda: _has_module("pycute") or _has_module("cutlass"),
+}
+
+
+def known() -> frozenset[str]:
+    return frozenset(DETECTORS)
+
+
+@functools.cache
+def available(name: str) -> bool:
+    """Whether capability `name` is present here. Unknown names are never available."""
+    off = {c.strip() for c in os.environ.get("HPCCOURSE_CAPS_OFF", "").split(",") if c.strip()}
+    if name in off:
+        return False
+    detector = DETECTORS.get(name)
+    return bool(detector and detector())
+
+
+def missing(names: Iterable[str]) -> list[str]:
+    """The capabilities among `names` that this machine lacks, in the given order."""
+    return [n for n in names if not available(n)]
