@@ -1,0 +1,96 @@
+"""Collection nodes: each lesson.toml becomes a collector whose items are the lesson's questions.
+
+Node ids read `modules/02-cuda/04-warp-shuffle/lesson.toml::cuda-04::Q1`. An invalid manifest
+collects one failing `manifest` item carrying the validation message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import answers, manifest
+from .manifest import Lesson, Question
+
+
+class QuestionFailed(Exception):
+    """Raised by a question item that did not earn full points."""
+
+
+class LessonFile(pytest.File):
+    """A lesson.toml."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        try:
+            lesson = manifest.load_lesson(self.path.parent)
+        except manifest.ManifestError as exc:
+            lesson_id = manifest.read_id(self.path.parent) or self.path.parent.name
+            yield ManifestItem.from_parent(self, name=f"{lesson_id}::manifest", message=str(exc))
+            return
+        yield LessonNode.from_parent(self, name=lesson.id, lesson=lesson)
+
+
+class LessonNode(pytest.Collector):
+    def __init__(self, *, lesson: Lesson, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lesson = lesson
+
+    def collect(self) -> Iterator[pytest.Item]:
+        for index, question in enumerate(self.lesson.questions):
+            yield QuestionItem.from_parent(self, name=question.id, lesson=self.lesson, index=index)
+
+
+class ManifestItem(pytest.Item):
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise QuestionFailed(f"INVALID lesson: {self.message}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, QuestionFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, self.name
+
+
+class QuestionItem(pytest.Item):
+    """Grades one question from the lesson's answers.yaml; fails with the reason points were lost."""
+
+    def __init__(self, *, lesson: Lesson, index: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lesson = lesson
+        self.index = index
+
+    @property
+    def question(self) -> Question:
+        return self.lesson.questions[self.index]
+
+    def runtest(self) -> None:
+        from .plugin import course_of
+
+        course = course_of(self.config)
+        result = course.grade_questions_for(self.lesson.dir) if course else None
+        if result is None or len(result.grades) <= self.index:
+            raise QuestionFailed("not graded")
+        grade = result.grades[self.index]
+        self.user_properties.append(("hpccourse_question", {"id": self.question.id, "score": grade.score,
+                                                             "max_score": grade.max_score, "status": grade.status}))
+        if grade.status == "NEEDS":
+            pytest.skip(grade.message)
+        if grade.status != "PASS":
+            raise QuestionFailed(f"{grade.message} [{grade.score:g}/{grade.max_score:g}]")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, QuestionFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.lesson.id}::{self.question.id} ({self.question.kind}, {answers.FILENAME})"
