@@ -8,8 +8,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 
@@ -45,14 +45,13 @@ def encode(data: dict[str, Any]) -> str:
     return base64.b64encode(json.dumps(data, ensure_ascii=False).encode("utf-8")).decode("ascii")
 
 
-def write(data: dict[str, Any]) -> str:
-    """Append `result=<base64>` to $GITHUB_OUTPUT, or print it when unset. Returns where it went."""
-    line = f"result={encode(data)}\n"
+def write(data: dict[str, Any], echo: Callable[[str], None] | None = None) -> str:
+    """Append `result=<base64>` to $GITHUB_OUTPUT, or `echo` it (default: stdout) when unset."""
+    line = f"result={encode(data)}"
     target = os.environ.get("GITHUB_OUTPUT")
     if target:
         with Path(target).open("a", encoding="utf-8") as fh:
-            fh.write(line)
+            fh.write(line + "\n")
         return target
-    sys.stdout.write(line)
-    sys.stdout.flush()
+    (echo or (lambda text: print(text, flush=True)))(line)
     return "stdout"

@@ -7,6 +7,7 @@ one message, the first problem found, naming the field. Answer keys (`answer`, `
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 import re
@@ -324,8 +325,20 @@ def read_id(lesson_dir: Path) -> str | None:
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".pytest_cache", ".tox", "build", "dist"}
 
 
-def iter_lesson_dirs(paths: Iterable[Path]) -> Iterator[Path]:
-    """Every folder holding a lesson.toml at or below `paths` (sorted, each once)."""
+def iter_lesson_dirs(paths: Iterable[Path], skip: Iterable[str] = (),
+                     ignore: Iterable[Path] = ()) -> Iterator[Path]:
+    """Every folder holding a lesson.toml at or below `paths` (sorted, each once).
+
+    `skip` holds fnmatch patterns of folder names not to enter (pytest's `norecursedirs`);
+    `ignore` holds paths not to enter (pytest's `--ignore`).
+    """
+    patterns = list(skip)
+    ignored = {Path(p).resolve() for p in ignore}
+
+    def skipped(folder: Path, name: str) -> bool:
+        return (name in SKIP_DIRS or name.startswith(".") or any(fnmatch.fnmatch(name, p) for p in patterns)
+                or (folder / name).resolve() in ignored)
+
     seen: set[Path] = set()
     found: list[Path] = []
     for start in paths:
@@ -342,7 +355,7 @@ def iter_lesson_dirs(paths: Iterable[Path]) -> Iterator[Path]:
         if not start.is_dir():
             continue
         for root, dirs, names in os.walk(start):
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+            dirs[:] = sorted(d for d in dirs if not skipped(Path(root), d))
             if FILENAME in names:
                 folder = Path(root)
                 if folder not in seen:

@@ -62,7 +62,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     paths = [Path(p.split("::")[0]) for p in (namespace.file_or_dir or [])] or [Path.cwd()]
     if _explicit_import_mode(args + early_config.getini("addopts")):
         return
-    if any(True for _ in manifest.iter_lesson_dirs(p for p in paths if p.exists())):
+    found = manifest.iter_lesson_dirs((p for p in paths if p.exists()), early_config.getini("norecursedirs"),
+                                      namespace.ignore or ())
+    if any(True for _ in found):
         namespace.importmode = "importlib"
 
 
@@ -71,7 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requires(*capabilities): this test needs these capabilities on top of "
                                        "its lesson's `requires`; skipped as NEEDS without them")
     paths = [Path(str(a).split("::")[0]) for a in config.args]
-    lesson_dirs = list(manifest.iter_lesson_dirs(p for p in paths if p.exists()))
+    lesson_dirs = list(manifest.iter_lesson_dirs((p for p in paths if p.exists()), config.getini("norecursedirs"),
+                                                 config.getoption("ignore") or ()))
     if not lesson_dirs:
         return
     if not _explicit_import_mode(list(config.invocation_params.args)):
@@ -170,7 +173,9 @@ class CourseHooks:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         if self.config.getoption("course_classroom"):
-            classroom.write(classroom.payload(doc, self.course.durations()))
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            classroom.write(classroom.payload(doc, self.course.durations()),
+                            terminal.write_line if terminal is not None else None)
 
     def _mark_tampered(self) -> None:
         try:

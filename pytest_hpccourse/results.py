@@ -8,6 +8,7 @@ graded from `answers.yaml` by the same code everywhere.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ class LessonResult:
     # ---- code ---------------------------------------------------------------------------
     def code(self) -> dict[str, Any]:
         r = self.rubric
-        tests = list(self.tests.values())
+        # Sorted by node id, so a serial run and an xdist run (reports in any order) say the same.
+        tests = sorted(self.tests.values(), key=lambda t: t.nodeid)
         needs = sorted({c for t in tests for c in t.needs})
         ran = [t for t in tests if t.outcome in ("passed", "failed", "error")]
         failed = [t for t in ran if t.outcome != "passed"]
@@ -177,7 +179,12 @@ def failure_line(report: Any) -> str:
     elif longrepr is not None:
         lines = [ln[1:].strip() for ln in str(longrepr).splitlines() if ln.startswith("E ")]
         text = lines[0] if lines else str(longrepr).strip().splitlines()[-1] if str(longrepr).strip() else ""
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    located = re.match(r'File "(.+)", line (\d+)', first)
+    if located and len(lines) > 1:
+        # A SyntaxError-style message: say the error, then where it is.
+        first = f"{lines[-1]} ({os.path.basename(located.group(1))}, line {located.group(2)})"
     if report.when != "call":
         first = f"error in {report.when}: {first}"
     return first[:300]
