@@ -1,0 +1,421 @@
+"""`hpccourse check`: prove every lesson sound.
+
+    hpccourse check [PATHS ...] [-j N] [--strict] [--json PATH] [--timeout S]
+
+For each lesson, in its own temporary copy of the module (the source tree is never written to):
+1. lesson.toml validates (manifest.load_lesson), every `files` entry has well-formed solution
+   regions and at least one region among them, at least one `[[mutants]]`, no scaffold placeholder;
+2. the reference scores full marks (code and Q1-Q3, with the reference answers.yaml);
+3. the student release of that copy (release.py, with keys) scores 0 on code and on every question;
+4. every mutant's `find` occurs exactly `count` times, and applying it makes at least one code test
+   fail (only the lesson's code tests run, with `-x`); the first failing test is reported.
+
+A lesson is SOUND when all of that holds, UNSOUND when any of it fails, UNPROVEN when its code
+tests cannot run here (NEEDS a capability): listed, not failed, unless --strict. Exit status: 1 when
+any lesson is UNSOUND (or UNPROVEN with --strict), 2 on usage errors, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import manifest, release
+from .regions import RegionError, find_regions
+from .report import clip, num, pad, width
+
+SOUND, UNSOUND, UNPROVEN = "SOUND", "UNSOUND", "UNPROVEN"
+PLACEHOLDER = "TODO(scaffold)"  # what `hpccourse new` leaves for the author to replace
+PLUGIN = "pytest_hpccourse.plugin"
+TAIL = 600  # characters of pytest output quoted when a run produced no report
+
+
+@dataclass
+class MutantCheck:
+    index: int
+    why: str
+    result: str  # caught | survived | count | unproven | error
+    detail: str = ""
+
+
+@dataclass
+class LessonCheck:
+    path: str
+    id: str
+    verdict: str = SOUND
+    reference: str = "-"
+    blank: str = "-"
+    mutants: list[MutantCheck] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # why UNSOUND
+    unproven: list[str] = field(default_factory=list)  # what could not be shown here
+    seconds: float = 0.0
+
+    def fail(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+    def finish(self) -> LessonCheck:
+        self.verdict = UNSOUND if self.reasons else UNPROVEN if self.unproven else SOUND
+        return self
+
+    @property
+    def caught(self) -> str:
+        if not self.mutants:
+            return "-"
+        return f"{sum(m.result == 'caught' for m in self.mutants)}/{len(self.mutants)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# running pytest
+
+
+def _plugin_registered() -> bool:
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(ep.value == PLUGIN for ep in metadata.entry_points(group="pytest11"))
+
+
+@dataclass
+class Runner:
+    """Runs pytest in a subprocess and returns the lesson's entry of the --course-json report."""
+
+    timeout: float
+    threads: int
+    registered: bool = field(default_factory=_plugin_registered)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("HPCCOURSE_KEYS", "GITHUB_OUTPUT")}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env.setdefault(var, str(self.threads))
+        if not self.registered:  # the package is importable here but not installed: load it by name
+            pkg_parent = str(Path(__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+        return env
+
+    def run(self, cwd: Path, args: Sequence[str], lesson_id: str, report: Path) -> tuple[dict | None, str]:
+        cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider",
+               "--course-json", str(report)]
+        if not self.registered:
+            cmd[3:3] = ["-p", PLUGIN]
+        report.unlink(missing_ok=True)
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, env=self.env(), capture_output=True, text=True,
+                                  timeout=self.timeout, errors="replace")
+        except subprocess.TimeoutExpired:
+            return None, f"timed out after {self.timeout:g} s"
+        output = (proc.stdout + proc.stderr).strip()
+        try:
+            doc = json.loads(report.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None, f"pytest exited {proc.returncode} without a report: {output[-TAIL:]}"
+        entry = next((le for le in doc.get("lessons", []) if le.get("id") == lesson_id), None)
+        if entry is None:
+            return None, f"pytest exited {proc.returncode}; lesson {lesson_id} not in the report"
+        return entry, output
+
+
+# ---------------------------------------------------------------------------------------------
+# one lesson
+
+
+def _score(part: dict[str, Any]) -> str:
+    return f"{num(part['score'])}/{num(part['max_score'])}"
+
+
+def _static_checks(lesson: manifest.Lesson, res: LessonCheck) -> None:
+    regions = 0
+    for name in lesson.files:
+        path = lesson.dir / name
+        try:
+            regions += len(find_regions(path.read_text(encoding="utf-8"), f"{res.path}/{name}"))
+        except RegionError as e:
+            res.fail(f"solution markers: {e}")
+        except (OSError, UnicodeDecodeError) as e:
+            res.fail(f"{name}: cannot read: {e}")
+    if lesson.files and regions == 0 and not res.reasons:
+        res.fail(f"no solution region in {', '.join(lesson.files)}: the blank would be the reference")
+    if not lesson.files:
+        res.fail("lesson.toml lists no `files` for the learner to edit")
+    if not lesson.mutants:
+        res.fail("no [[mutants]]: at least one realistic bug must be shown to be caught")
+    for p in sorted(lesson.dir.iterdir()):
+        if p.is_file() and p.suffix in (".toml", ".md", ".py", ".yaml"):
+            try:
+                if PLACEHOLDER in p.read_text(encoding="utf-8"):
+                    res.fail(f"{p.name}: scaffold placeholder {PLACEHOLDER} left in")
+            except (OSError, UnicodeDecodeError):
+                pass
+
+
+def _check_reference(entry: dict[str, Any], res: LessonCheck) -> bool:
+    """False when the code tests cannot run here (NEEDS)."""
+    res.reference = f"{num(entry['score'])}/{num(entry['max_score'])}"
+    if entry["status"] == "INVALID":
+        res.fail(f"reference INVALID: {entry['message']}")
+        return True
+    code = entry["code"]
+    if code["status"] == "NEEDS":
+        res.unproven.append(code["message"] or "NEEDS " + ", ".join(entry.get("needs", [])))
+        res.reference = f"code NEEDS, Q {num(sum(q['score'] for q in entry['questions']))}"
+    elif code["score"] < code["max_score"]:
+        res.fail(f"reference scores code {_score(code)}: {code['message']}")
+    for q in entry["questions"]:
+        if q["status"] == "NEEDS":
+            res.fail(f"reference {q['id']}: NEEDS key: lesson.toml must hold the answer key")
+        elif q["score"] < q["max_score"]:
+            res.fail(f"reference {q['id']} scores {_score(q)}: {q['message']}")
+    return code["status"] != "NEEDS"
+
+
+def _check_blank(entry: dict[str, Any], res: LessonCheck) -> None:
+    res.blank = f"{num(entry['score'])}/{num(entry['max_score'])}"
+    code = entry["code"]
+    if entry["status"] == "INVALID":
+        res.fail(f"released lesson INVALID: {entry['message']}")
+        return
+    if code["status"] != "NEEDS" and code["score"] > 0:
+        passing = [t["nodeid"].split("/")[-1] for t in code["tests"] if t["outcome"] == "passed"]
+        res.fail(f"blank scores code {_score(code)}: passes without the solution: "
+                 f"{', '.join(passing[:3])}{' ...' if len(passing) > 3 else ''}")
+    for q in entry["questions"]:
+        if q["status"] == "NEEDS":
+            res.fail(f"blank {q['id']}: NEEDS key: the release lost the key")
+        elif q["score"] > 0:
+            res.fail(f"blank {q['id']} scores {_score(q)} with an empty answers.yaml")
+
+
+def _check_mutant(i: int, m: manifest.Mutant, lesson: manifest.Lesson, stage: Path, rel: str,
+                  runner: Runner, report: Path) -> MutantCheck:
+    target = stage / rel / m.file
+    original = target.read_bytes()
+    text = original.decode("utf-8")
+    found = text.count(m.find)
+    if found != m.count:
+        return MutantCheck(i, m.why, "count", f"find text occurs {found} time(s), count = {m.count}")
+    target.write_text(text.replace(m.find, m.replace), encoding="utf-8")
+    try:
+        args = [f"{rel}/{t}" for t in lesson.tests] + ["-x"]
+        entry, output = runner.run(stage, args, lesson.id, report)
+    finally:
+        target.write_bytes(original)
+    if entry is None:
+        if output.startswith("timed out"):
+            return MutantCheck(i, m.why, "caught", f"the run {output}")
+        return MutantCheck(i, m.why, "error", output)
+    code = entry["code"]
+    if code["status"] == "NEEDS":
+        return MutantCheck(i, m.why, "unproven", code["message"])
+    failed = [t for t in code["tests"] if t["outcome"] in ("failed", "error")]
+    if failed:
+        return MutantCheck(i, m.why, "caught", "caught by " + failed[0]["nodeid"].split("/")[-1])
+    if code["status"] == "ERROR":
+        return MutantCheck(i, m.why, "caught", f"caught at collection: {code['message']}")
+    return MutantCheck(i, m.why, "survived", "every code test passes")
+
+
+def _copy_lesson_module(lesson_dir: Path, stage: Path) -> str:
+    """Copy the lesson's module into `stage` without the other lessons; returns the lesson's
+    path relative to `stage` ('/' separators)."""
+    module = lesson_dir.parent
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = set(shutil.ignore_patterns(*release.IGNORED)(folder, names))
+        for name in names:
+            p = Path(folder) / name
+            if p.is_dir() and p != lesson_dir and (p / manifest.FILENAME).is_file():
+                skipped.add(name)
+        return skipped
+
+    shutil.copytree(module, stage, ignore=ignore)
+    return lesson_dir.relative_to(module).as_posix()
+
+
+def check_lesson(lesson_dir: Path, runner: Runner, display: str,
+                 course: Path | None = None) -> LessonCheck:
+    started = time.perf_counter()
+    res = LessonCheck(path=display, id=manifest.read_id(lesson_dir) or lesson_dir.name)
+    try:
+        lesson = manifest.load_lesson(lesson_dir)
+    except manifest.ManifestError as e:
+        res.fail(f"manifest: {e}")
+        return _done(res, started)
+    res.id = lesson.id
+    _static_checks(lesson, res)
+    course = course or release.find_course_root(lesson_dir.parent)
+    with tempfile.TemporaryDirectory(prefix=f"hpccourse-check-{lesson.id}-") as tmp_name:
+        tmp = Path(tmp_name)
+        module_name = lesson_dir.parent.name
+        stage = tmp / "ref" / module_name
+        rel = _copy_lesson_module(lesson_dir, stage)
+        scoring = course / "scoring.toml" if course and (course / "scoring.toml").is_file() else None
+        if scoring and not (stage / "scoring.toml").is_file():
+            shutil.copyfile(scoring, stage.parent / "scoring.toml")
+        report = tmp / "report.json"
+
+        entry, output = runner.run(stage, [rel], lesson.id, report)
+        runnable = reference_ok = False
+        if entry is None:
+            res.fail(f"reference run: {output}")
+        else:
+            runnable = _check_reference(entry, res)
+            reference_ok = entry["code"]["score"] >= entry["code"]["max_score"]
+
+        blank_root = tmp / "blank" / module_name
+        template = tmp / "no-template"
+        template.mkdir()
+        try:
+            release.release_module(stage, blank_root, keys=True, template=template,
+                                   scoring=scoring if not (stage / "scoring.toml").is_file() else None)
+        except (release.ReleaseError, RegionError) as e:
+            res.fail(f"release: {e}")
+        else:
+            entry, output = runner.run(blank_root, [rel], lesson.id, report)
+            if entry is None:
+                res.fail(f"blank run: {output}")
+            else:
+                _check_blank(entry, res)
+
+        if runnable and reference_ok:
+            for i, m in enumerate(lesson.mutants, 1):
+                res.mutants.append(_check_mutant(i, m, lesson, stage, rel, runner, report))
+        elif not runnable and lesson.mutants:
+            res.unproven.append(f"{len(lesson.mutants)} mutant(s) not run")
+        # (a reference that fails its own tests is already UNSOUND; mutants would prove nothing)
+    for m in res.mutants:
+        if m.result in ("survived", "count", "error"):
+            label = {"survived": "survived", "count": "does not apply", "error": "run failed"}[m.result]
+            res.fail(f"mutant {m.index} ({m.why}) {label}: {m.detail}")
+        elif m.result == "unproven":
+            res.unproven.append(f"mutant {m.index}: {m.detail}")
+    return _done(res, started)
+
+
+def _done(res: LessonCheck, started: float) -> LessonCheck:
+    res.seconds = time.perf_counter() - started
+    return res.finish()
+
+
+# ---------------------------------------------------------------------------------------------
+# many lessons
+
+
+def check_paths(paths: Sequence[Path], jobs: int, runner: Runner,
+                progress: Callable[[LessonCheck, int, int], None] | None = None) -> list[LessonCheck]:
+    dirs = list(manifest.iter_lesson_dirs(paths))
+    ids: dict[str, str] = {}
+    duplicates: dict[Path, str] = {}
+    for d in dirs:
+        lid = manifest.read_id(d)
+        if lid and lid in ids:
+            duplicates[d] = f"id {lid!r} is also used by {ids[lid]}"
+        elif lid:
+            ids[lid] = manifest.display_path(d)
+    results: list[LessonCheck] = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(check_lesson, d, runner, manifest.display_path(d)): d for d in dirs}
+        for fut in as_completed(futures):
+            res = fut.result()
+            if futures[fut] in duplicates:
+                res.fail(duplicates[futures[fut]])
+                res.finish()
+            results.append(res)
+            if progress:
+                progress(res, len(results), len(dirs))
+    return sorted(results, key=lambda r: r.path)
+
+
+def table(results: Sequence[LessonCheck], columns: int = 120) -> list[str]:
+    rows = [["lesson", "verdict", "reference", "blank", "mutants", "time", "reasons"]]
+    for r in results:
+        why = r.reasons or r.unproven
+        rows.append([r.id, r.verdict, r.reference, r.blank, r.caught, f"{r.seconds:.1f}s",
+                     (why[0] + (f" (+{len(why) - 1} more)" if len(why) > 1 else "")) if why else ""])
+    widths = [max(width(row[i]) for row in rows) for i in range(6)]
+    rest = max(20, columns - sum(widths) - 2 * 6)
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [pad(c, widths[i]) for i, c in enumerate(row[:6])] + [clip(row[6], rest)]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in [*widths, min(rest, 7)]))
+    return lines
+
+
+def details(results: Sequence[LessonCheck]) -> list[str]:
+    lines = []
+    for r in results:
+        lines.append(f"{r.id} [{r.verdict}] {r.path}")
+        lines.extend(f"  UNSOUND: {reason}" for reason in r.reasons)
+        lines.extend(f"  UNPROVEN: {reason}" for reason in r.unproven)
+        lines.extend(f"  mutant {m.index} ({m.why}): {m.detail}" for m in r.mutants
+                     if m.result == "caught")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hpccourse check",
+                                description="Prove lessons sound: the reference scores 10/10, the "
+                                            "released blank 0, every mutant is caught.")
+    p.add_argument("paths", nargs="*", type=Path,
+                   help="lesson or module folders (default: modules/, else .)")
+    p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                   help="lessons checked in parallel (default: the number of CPUs)")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds one pytest run may take (default 900)")
+    p.add_argument("--strict", action="store_true", help="UNPROVEN lessons fail the check too")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, no details")
+    return p
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(args)
+    paths = ns.paths or [Path("modules") if Path("modules").is_dir() else Path(".")]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        print(f"hpccourse check: error: no such path: {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    jobs = max(1, ns.jobs)
+    runner = Runner(timeout=ns.timeout, threads=max(1, (os.cpu_count() or 1) // jobs))
+    started = time.perf_counter()
+
+    def progress(res: LessonCheck, done: int, total: int) -> None:
+        if not ns.quiet:
+            print(f"[{done}/{total}] {res.id} {res.verdict} ({res.seconds:.1f}s)", flush=True)
+
+    results = check_paths(paths, jobs, runner, progress)
+    elapsed = time.perf_counter() - started
+    if not results:
+        print(f"hpccourse check: no lesson.toml under {', '.join(map(str, paths))}", file=sys.stderr)
+        return 2
+    columns = shutil.get_terminal_size((120, 24)).columns
+    print()
+    print("\n".join(table(results, columns)))
+    if not ns.quiet:
+        print()
+        print("\n".join(details(results)))
+    counts = {v: sum(r.verdict == v for r in results) for v in (SOUND, UNSOUND, UNPROVEN)}
+    print(f"\n{len(results)} lesson(s): {counts[SOUND]} SOUND, {counts[UNSOUND]} UNSOUND, "
+          f"{counts[UNPROVEN]} UNPROVEN in {elapsed:.1f}s (-j {jobs})")
+    if ns.json:
+        ns.json.parent.mkdir(parents=True, exist_ok=True)
+        ns.json.write_text(json.dumps([asdict(r) for r in results], ensure_ascii=False, indent=2)
+                           + "\n", encoding="utf-8")
+    failed = counts[UNSOUND] + (counts[UNPROVEN] if ns.strict else 0)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
