@@ -279,7 +279,10 @@ def check_lesson(lesson_dir: Path, runner: Runner, display: str,
             release.release_module(stage, blank_root, keys=True, template=template,
                                    scoring=scoring if not (stage / "scoring.toml").is_file() else None)
         except (release.ReleaseError, RegionError) as e:
-            res.fail(f"release: {e}")
+            msg = str(e)
+            for temp in {str(stage.resolve()), str(stage)}:  # name the source, not the temp copy
+                msg = msg.replace(temp, manifest.display_path(lesson_dir.parent))
+            res.fail(f"release: {msg}")
         else:
             entry, output = runner.run(blank_root, [rel], lesson.id, report)
             if entry is None:
