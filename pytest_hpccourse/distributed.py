@@ -220,10 +220,13 @@ class _Worker:
                                     timeout=datetime.timedelta(seconds=timeout))
             try:
                 return "ok", fn(rank, world_size, *args, **kwargs)
+            except BaseException:  # noqa: BLE001 - every failure goes back to the driver
+                # Stamped before the group is torn down: peers fail only after this.
+                return "err", (time.time(), traceback.format_exc())
             finally:
                 dist.destroy_process_group()
-        except BaseException:  # noqa: BLE001 - every failure goes back to the driver
-            return "err", traceback.format_exc()
+        except BaseException:  # noqa: BLE001
+            return "err", (time.time(), traceback.format_exc())
         finally:
             self._thread_id = None
 
@@ -237,7 +240,7 @@ class _Worker:
             comm = Comm(self, rank, world_size, peers, call_id, time.monotonic() + timeout)
             return "ok", fn(comm, *args, **kwargs)
         except BaseException:  # noqa: BLE001
-            return "err", traceback.format_exc()
+            return "err", (time.time(), traceback.format_exc())
         finally:
             self._thread_id = None
 
@@ -392,7 +395,6 @@ def _dumps(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
 def _gather(refs: list, actors: list, timeout: float) -> list[Any]:
     """Results ordered by rank; the first failure (or a hang past `timeout`) raises RankError."""
     import ray
-    from ray.exceptions import RayError
 
     n = len(refs)
     pending = {ref: rank for rank, ref in enumerate(refs)}
@@ -402,26 +404,58 @@ def _gather(refs: list, actors: list, timeout: float) -> list[Any]:
         ready, _ = ray.wait(list(pending), num_returns=1,
                             timeout=max(0.0, deadline - time.monotonic()))
         if not ready:
-            hung = sorted(pending.values())
-            stacks = []
-            for r in hung:
-                try:
-                    where = ray.get(actors[r].stack.remote(), timeout=_STACK_TIMEOUT)
-                except Exception:  # noqa: BLE001
-                    where = "(stack unavailable)\n"
-                stacks.append(f"--- rank {r} was at:\n{where}")
-            raise RankError(hung[0], n, f"timed out after {timeout:g} s",
-                            f"ranks still running: {hung}\n" + "".join(stacks))
+            raise _hang_error(sorted(pending.values()), actors, timeout)
         for ref in ready:
             rank = pending.pop(ref)
-            try:
-                status, payload = ray.get(ref)
-            except RayError as e:
-                raise RankError(rank, n, "died", str(e)) from None
+            status, payload = _outcome(ref, rank, n)
             if status != "ok":
-                raise RankError(rank, n, "raised", payload)
+                raise _root_cause(rank, payload, pending, n)
             results[rank] = payload
     return results
+
+
+def _outcome(ref: Any, rank: int, n: int) -> tuple[str, Any]:
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        return ray.get(ref)
+    except RayError as e:  # the actor process died (crash, os._exit, out of memory, ...)
+        return "err", (time.time(), f"rank {rank} died:\n{e}")
+
+
+def _root_cause(rank: int, payload: tuple[float, str], pending: dict, n: int) -> RankError:
+    """When one rank fails, its peers often fail right after (their collective lost a member).
+    Give them a moment to report and blame the rank that failed first."""
+    import ray
+
+    failures = {rank: payload}
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=1.0)
+    for ref in ready:
+        status, other = _outcome(ref, pending[ref], n)
+        if status != "ok":
+            failures[pending[ref]] = other
+    first = min(failures, key=lambda r: (failures[r][0], r))
+    detail = failures[first][1]
+    also = sorted(set(failures) - {first})
+    if also:
+        detail += f"\n(ranks {also} failed after it)"
+    what = "died" if detail.startswith(f"rank {first} died") else "raised"
+    return RankError(first, n, what, detail)
+
+
+def _hang_error(hung: list[int], actors: list, timeout: float) -> RankError:
+    import ray
+
+    stacks = []
+    for r in hung:
+        try:
+            where = ray.get(actors[r].stack.remote(), timeout=_STACK_TIMEOUT)
+        except Exception:  # noqa: BLE001
+            where = "(stack unavailable)\n"
+        stacks.append(f"--- rank {r} was at:\n{where}")
+    return RankError(hung[0], len(actors), f"timed out after {timeout:g} s",
+                     f"ranks still running: {hung}\n" + "".join(stacks))
 
 
 _SESSION: RaySession | None = None

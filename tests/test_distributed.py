@@ -1,0 +1,236 @@
+"""The Ray / torch.distributed runtime (`pytest_hpccourse.distributed`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
+
+from pytest_hpccourse import distributed  # noqa: E402
+from pytest_hpccourse.distributed import (  # noqa: E402,F401 - ray_cluster is a fixture
+    RankError,
+    _Worker,
+    ray_cluster,
+    run_actors,
+    run_ranks,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# Rank functions live at module level: this test file is not importable inside the actors, so
+# these also prove that test code travels by value.
+def _identify(rank, world_size, scale):
+    import torch.distributed as dist
+
+    x = torch.tensor([float(rank + 1)])
+    dist.all_reduce(x)
+    return rank, dist.get_rank(), dist.get_world_size(), world_size, x.item() * scale
+
+
+def _raise_on(rank, world_size, bad):
+    import torch.distributed as dist
+
+    if rank == bad:
+        raise ValueError(f"boom from rank {rank}")
+    dist.barrier()  # the healthy ranks wait in a collective that will never complete
+    return rank
+
+
+def _sleep_on(rank, world_size, slow):
+    if rank == slow:
+        time.sleep(600)
+    return rank
+
+
+def _exit_on(rank, world_size, bad):
+    import torch.distributed as dist
+
+    if rank == bad:
+        os._exit(3)  # a crash: the process is gone, no Python traceback
+    dist.barrier()
+    return rank
+
+
+def _group_state(rank, world_size):
+    import torch.distributed as dist
+
+    return dist.is_initialized()
+
+
+def _group_state_plain(comm):
+    import torch.distributed as dist
+
+    return dist.is_initialized()
+
+
+def _ring_messages(comm, sizes):
+    right = (comm.rank + 1) % comm.world_size
+    left = (comm.rank - 1) % comm.world_size
+    for i, n in enumerate(sizes):  # several messages in flight: order must be kept
+        comm.send(right, torch.full((n,), float(100 * comm.rank + i), dtype=torch.float64))
+    got = [comm.recv(left) for _ in sizes]
+    return [t.tolist() for t in got], comm.stats()
+
+
+def _send_non_tensor(comm):
+    comm.send((comm.rank + 1) % comm.world_size, [1, 2, 3])
+
+
+def test_results_are_ordered_by_rank(ray_cluster):
+    out = run_ranks(_identify, 3, 10.0)
+    assert [o[0] for o in out] == [0, 1, 2]
+    assert [o[1] for o in out] == [0, 1, 2]  # the group's ranks are the call's ranks
+    assert all(o[2] == 3 and o[3] == 3 for o in out)
+    assert all(o[4] == pytest.approx(60.0) for o in out)  # (1+2+3) * 10 on every rank
+
+
+def test_rank_exception_names_rank_and_traceback(ray_cluster):
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        run_ranks(_raise_on, 3, 1, timeout=30)
+    err = info.value
+    assert err.rank == 1 and err.world_size == 3 and err.what == "raised"
+    text = str(err)
+    assert text.startswith("rank 1 of 3 raised")
+    assert "ValueError: boom from rank 1" in text
+    assert "_raise_on" in text and "test_distributed.py" in text  # the learner-facing traceback
+    assert time.monotonic() - t0 < 20  # reported at once, not after the collective timeout
+
+
+def test_timeout_names_hung_rank_and_where_it_is(ray_cluster):
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        run_ranks(_sleep_on, 2, 1, timeout=3)
+    assert time.monotonic() - t0 < 15
+    err = info.value
+    assert err.rank == 1 and err.what.startswith("timed out")
+    assert "_sleep_on" in str(err)  # the stack of the hung rank
+    assert "ranks still running: [1]" in str(err)
+
+
+def test_dead_rank_is_reported(ray_cluster):
+    with pytest.raises(RankError) as info:
+        run_ranks(_exit_on, 2, 0, timeout=30)
+    assert info.value.rank == 0 and info.value.what == "died"
+
+
+def test_failed_call_does_not_poison_later_calls(ray_cluster):
+    with pytest.raises(RankError):
+        run_ranks(_raise_on, 2, 0, timeout=30)
+    out = run_ranks(_identify, 2, 1.0)
+    assert [o[4] for o in out] == [3.0, 3.0]
+
+
+def test_group_is_destroyed_after_each_call(ray_cluster):
+    assert run_ranks(_group_state, 2) == [True, True]
+    # The same pooled actors, now without a group: nothing was left behind.
+    assert run_actors(_group_state_plain, 2) == [False, False]
+
+
+def test_group_is_destroyed_when_fn_raises():
+    # Drive one worker in this process (no Ray) to see the actor-side `finally`.
+    import socket
+
+    from ray import cloudpickle
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    blob = cloudpickle.dumps((_raise_on, (0,), {}))
+    status, (_, tb) = _Worker(0).run_ranks(blob, 0, 1, f"tcp://127.0.0.1:{port}", "gloo", 20, 0)
+    assert status == "err" and "boom from rank 0" in tb
+    assert not torch.distributed.is_initialized()
+
+
+def test_run_actors_passes_messages_in_order_and_counts_bytes(ray_cluster):
+    sizes = [3, 0, 7, 1]
+    out = run_actors(_ring_messages, 3, sizes)
+    for rank, (got, stats) in enumerate(out):
+        left = (rank - 1) % 3
+        assert got == [[float(100 * left + i)] * n for i, n in enumerate(sizes)]
+        assert stats["bytes_sent"] == stats["bytes_received"] == 8 * sum(sizes)
+        assert stats["messages_to"] == {(rank + 1) % 3: len(sizes)}
+
+
+def test_comm_rejects_non_tensors(ray_cluster):
+    with pytest.raises(RankError) as info:
+        run_actors(_send_non_tensor, 2, timeout=20)
+    assert "TypeError: Comm.send carries tensors only" in str(info.value)
+
+
+def test_world_size_is_validated(ray_cluster):
+    with pytest.raises(ValueError):
+        run_ranks(_identify, 0, 1.0)
+
+
+def _load_unimportable(tmp_path, name, in_sys_modules):
+    src = tmp_path / f"{name}.py"
+    src.write_text(textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+
+        OFFSET = 7.0
+
+        def helper(x):
+            return x + OFFSET
+
+        def drill(rank, world_size):
+            x = torch.tensor([helper(float(rank))])
+            dist.all_reduce(x)
+            return x.item()
+    """))
+    spec = importlib.util.spec_from_file_location(name, src)
+    mod = importlib.util.module_from_spec(spec)
+    if in_sys_modules:
+        sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("in_sys_modules", [True, False])
+def test_ships_code_from_unimportable_modules(ray_cluster, tmp_path, in_sys_modules):
+    # Like `lesson.load`: a uniquely named module that no actor could import by name.
+    name = f"hpccourse_learner_{os.getpid()}_{int(in_sys_modules)}"
+    mod = _load_unimportable(tmp_path, name, in_sys_modules)
+    try:
+        assert run_ranks(mod.drill, 2) == [15.0, 15.0]  # (0+7) + (1+7)
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_ray_address_connects_to_the_running_cluster(ray_cluster, tmp_path):
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    script = tmp_path / "client.py"
+    script.write_text(textwrap.dedent("""
+        from pytest_hpccourse.distributed import ray_session, run_ranks, shutdown
+
+        def drill(rank, world_size):
+            import torch, torch.distributed as dist
+            x = torch.tensor([rank + 1.0]); dist.all_reduce(x); return x.item()
+
+        s = ray_session()
+        print("ADDRESS", s.address, "CPUS", s.num_cpus)
+        print("RESULT", run_ranks(drill, 2))
+        shutdown()
+    """))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(distributed.__file__)))
+    env = dict(os.environ, RAY_ADDRESS=address,
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=100, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"ADDRESS {address} CPUS None" in proc.stdout
+    assert "RESULT [3.0, 3.0]" in proc.stdout
+    # Our own session survived the client's shutdown (it only disconnected).
+    assert run_ranks(_identify, 2, 1.0)[0][4] == 3.0
