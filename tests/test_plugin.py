@@ -279,7 +279,8 @@ def test_xdist_gives_the_identical_report(course):
     def table(result: pytest.RunResult) -> list[str]:
         lines = result.outlines
         start = next(i for i, ln in enumerate(lines) if "course report" in ln)
-        return [ln for ln in lines[start + 1:] if not ln.startswith("=")]
+        end = next(i for i, ln in enumerate(lines) if ln.startswith("Lessons passed"))
+        return lines[start + 1:end + 1]
 
     assert table(serial) == table(parallel)
 
