@@ -10,8 +10,9 @@ learner edits (`files` of lesson.toml and `answers.yaml`) and Markdown text: `le
 tests, helpers, data. Adding a pytest configuration file (`conftest.py`, `pytest.ini`, `tox.ini`,
 `setup.cfg`) anywhere also counts as tampering: such a file can rewrite test outcomes.
 
-The manifest uses `sha256sum`'s text format (`<hex>  <path>`, sorted, '/' separators); hashes are
-taken with CRLF normalised to LF so a Windows checkout with autocrlf is not "tampering".
+The manifest uses `sha256sum`'s text format (`<hex>  <path>`, sorted, '/' separators; `sha256sum -c`
+verifies it); text files are hashed with CRLF read as LF, so a Windows checkout with autocrlf is not
+"tampering".
 
 This is a tripwire, not a lock: a learner who edits both a test and the manifest, or the workflow
 itself, is not stopped here (see template-repo/instructor/README.md).
@@ -38,7 +39,10 @@ class IntegrityError(Exception):
 
 
 def file_digest(path: Path) -> str:
-    data = path.read_bytes().replace(b"\r\n", b"\n")
+    """SHA-256 of the file; text files (no NUL byte, git's heuristic) with CRLF read as LF."""
+    data = path.read_bytes()
+    if b"\0" not in data:
+        data = data.replace(b"\r\n", b"\n")
     return hashlib.sha256(data).hexdigest()
 
 

@@ -55,7 +55,6 @@ _NAME_STYLE: dict[str, Style] = {"CMakeLists.txt": Style.HASH, "Makefile": Style
 _LEADER = {Style.PYTHON: "###", Style.HASH: "###", Style.SLASH: "//"}
 _TODO_LEADER = {Style.HASH: "#", Style.SLASH: "//"}
 _MENTION = re.compile(r"\b(BEGIN|END)\s+SOLUTION\b", re.IGNORECASE)
-_HINT_MENTION = re.compile(r"^\s*(###|//|#)\s*HINT\s*:", re.IGNORECASE)
 
 
 def style_for(path: str | PurePath) -> Style | None:
@@ -140,8 +139,6 @@ def find_regions(text: str, path: str | PurePath) -> list[Region]:
         if hm := hint_re.match(line):
             hint_lines.append((no, hm["text"]))
             continue
-        if _HINT_MENTION.match(line):
-            raise RegionError(path, no, f"malformed HINT line; expected '{leader} HINT: ...'")
         if hint_lines:
             raise RegionError(path, hint_lines[0][0], "HINT line must come directly before "
                               "BEGIN SOLUTION")
