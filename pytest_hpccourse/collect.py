@@ -24,13 +24,16 @@ class LessonFile(pytest.File):
     """A lesson.toml."""
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
-        try:
-            lesson = manifest.load_lesson(self.path.parent)
-        except manifest.ManifestError as exc:
-            lesson_id = manifest.read_id(self.path.parent) or self.path.parent.name
-            yield ManifestItem.from_parent(self, name=f"{lesson_id}::manifest", message=str(exc))
+        from .plugin import course_of
+
+        course = course_of(self.config)
+        if course is None:
             return
-        yield LessonNode.from_parent(self, name=lesson.id, lesson=lesson)
+        result = course.result_for(self.path.parent)
+        if result.lesson is None:
+            yield ManifestItem.from_parent(self, name=f"{result.id}::manifest", message=result.invalid)
+            return
+        yield LessonNode.from_parent(self, name=result.lesson.id, lesson=result.lesson)
 
 
 class LessonNode(pytest.Collector):

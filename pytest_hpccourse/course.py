@@ -26,6 +26,9 @@ class Course:
             except manifest.ManifestError as exc:
                 self.notices.append(f"hpccourse: {exc}")
         self._repo_keys: dict[Path, dict[str, dict[str, dict]]] = {}
+        self._by_rel: dict[str, LessonResult] = {}
+        self._by_given: dict[str, LessonResult] = {}
+        self._rubrics: dict[Path | None, rubric_mod.Rubric] = {}
         self._graded: set[Path] = set()
         self._doc: dict[str, Any] | None = None
         for folder in lesson_dirs:
@@ -36,38 +39,46 @@ class Course:
 
     # ---- lessons --------------------------------------------------------------------------
     def result_for(self, folder: Path) -> LessonResult:
+        known = self._by_given.get(str(folder))
+        if known is not None:
+            return known
+        given = str(folder)
         folder = Path(folder).resolve()
         if folder in self.results:
+            self._by_given[given] = self.results[folder]
             return self.results[folder]
         try:
             rel = folder.relative_to(self.rootdir).as_posix()
         except ValueError:
             rel = folder.as_posix()
-        result = LessonResult(dir=folder, path=rel, id=manifest.read_id(folder) or folder.name)
+        result = LessonResult(dir=folder, path=rel, id=folder.name)
         try:
-            result.rubric = rubric_mod.load(folder)
+            result.rubric = self._rubric(folder)
         except rubric_mod.RubricError as exc:
             result.invalid = str(exc)
         try:
             lesson = manifest.load_lesson(folder)
         except manifest.ManifestError as exc:
             result.invalid = result.invalid or str(exc)
+            raw = manifest.read_raw(folder)
+            result.id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else folder.name
+            result.title = raw.get("title") if isinstance(raw.get("title"), str) else ""
         else:
             result.lesson, result.id, result.title, result.title_en = lesson, lesson.id, lesson.title, lesson.title_en
-        if not result.title:
-            result.title = self._raw_title(folder)
         self.results[folder] = result
+        self._by_rel[rel] = result
         return result
 
-    @staticmethod
-    def _raw_title(folder: Path) -> str:
-        import tomllib
+    def _rubric(self, folder: Path) -> rubric_mod.Rubric:
+        source = rubric_mod.find(folder)
+        if source not in self._rubrics:
+            self._rubrics[source] = rubric_mod.load(folder)
+        return self._rubrics[source]
 
-        try:
-            value = tomllib.loads((folder / manifest.FILENAME).read_text(encoding="utf-8")).get("title")
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            return ""
-        return value if isinstance(value, str) else ""
+    def result_for_rel(self, rel: str) -> LessonResult:
+        """The result of the lesson at `rel` (relative to the rootdir, as reports carry it)."""
+        result = self._by_rel.get(rel)
+        return result if result is not None else self.result_for(self.rootdir / rel)
 
     def result_for_path(self, path: Path) -> LessonResult | None:
         folder = manifest.lesson_dir_of(path)
@@ -109,7 +120,7 @@ class Course:
         props = next((value for name, value in rep.user_properties if name == PROPERTY), None)
         if not props:
             return
-        result = self.result_for(self.rootdir / props["dir"])
+        result = self.result_for_rel(props["dir"])
         result.tests[rep.nodeid] = combine(result.tests.get(rep.nodeid), rep, props)
         self._doc = None
 

@@ -8,6 +8,7 @@ one message, the first problem found, naming the field. Answer keys (`answer`, `
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 import os
 import re
@@ -312,13 +313,17 @@ def load_lesson(lesson_dir: Path) -> Lesson:
     return parse(data, lesson_dir, where)
 
 
+def read_raw(lesson_dir: Path) -> dict:
+    """The manifest's TOML without validation ({} when unreadable), to name an invalid lesson."""
+    try:
+        return tomllib.loads((lesson_dir / FILENAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+
+
 def read_id(lesson_dir: Path) -> str | None:
     """The lesson id, read without validation (for reporting an invalid lesson); None if unreadable."""
-    try:
-        data = tomllib.loads((lesson_dir / FILENAME).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
-    value = data.get("id")
+    value = read_raw(lesson_dir).get("id")
     return value if isinstance(value, str) and value else None
 
 
@@ -366,10 +371,16 @@ def iter_lesson_dirs(paths: Iterable[Path], skip: Iterable[str] = (),
 
 def lesson_dir_of(path: Path) -> Path | None:
     """The lesson folder that contains `path`, if any."""
-    path = Path(path).resolve()
-    for folder in (path if path.is_dir() else path.parent, *path.parents):
-        if (folder / FILENAME).is_file():
-            return folder
+    path = Path(path)
+    return _lesson_dir_of_folder(str(path if path.is_dir() else path.parent))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lesson_dir_of_folder(folder_name: str) -> Path | None:
+    folder = Path(folder_name).resolve()
+    for candidate in (folder, *folder.parents):
+        if (candidate / FILENAME).is_file():
+            return candidate
     return None
 
 
