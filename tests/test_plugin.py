@@ -292,3 +292,16 @@ def test_xdist_gives_the_identical_report(course):
 
     assert scores(serial_json) == scores(parallel_json)
     assert [item["status"] for item in scores(serial_json)["lessons"]] == ["PASS", "PASS", "FAIL"]
+
+
+def test_fixture_course_prints_the_table():
+    """The README's learner command on the fixture course, as a learner runs it (a subprocess)."""
+    import subprocess
+    import sys
+
+    course_dir = Path(__file__).parent / "fixtures" / "course"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--course-report", "-p", "no:cacheprovider"],
+                          cwd=course_dir, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "demo-01  向量加法   4/4   2   2   2  10/10  PASS" in proc.stdout
+    assert "Lessons passed: 1/1   Score: 10/10" in proc.stdout
