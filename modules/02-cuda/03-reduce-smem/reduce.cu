@@ -1,0 +1,37 @@
+// cuda-03: shared-memory tree reduction (sum), two passes over the grid.
+//
+// reduce_sum(in, partial, n): block b writes partial[b] = sum of the elements it owns.
+// Pass 1: grid G, block T (a power of two), dynamic shared memory T * sizeof(float):
+//         partial[0..G) from in[0..n).
+// Pass 2: grid 1, same block: out[0] = sum of partial[0..G).
+// Each thread first sums a grid-stride slice of the input in a register (so G can be small,
+// e.g. a few blocks per SM, whatever n is), then the block combines its T values in shared
+// memory with a tree of log2(T) steps.
+
+__global__ void reduce_sum(const float* in, float* partial, int n) {
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+
+    // Grid-stride accumulation in a register: the loads of one warp are consecutive -> coalesced.
+    float sum = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + tid; i < n; i += blockDim.x * gridDim.x) {
+        sum += in[i];
+    }
+    sdata[tid] = sum;
+    __syncthreads();
+
+    // HINT: sequential addressing: halve the active range each step; thread tid adds the element s places above it.
+    // BEGIN SOLUTION
+    // Sequential addressing: the active threads are the contiguous range [0, s), so whole warps
+    // either work or sit idle (no divergence inside a warp until s < 32), and lane k touches
+    // sdata[k] and sdata[k + s], consecutive words -> no bank conflicts.
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            sdata[tid] += sdata[tid + s];
+        }
+        // The next step reads what other threads wrote in this one.
+        __syncthreads();
+    }
+    if (tid == 0) partial[blockIdx.x] = sdata[0];
+    // END SOLUTION
+}

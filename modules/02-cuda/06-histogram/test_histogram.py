@@ -1,0 +1,59 @@
+"""cuda-06 tests: privatized histogram, exact counts (integers: tolerance 0).
+
+The global bins start at random values (not 0), so the kernel must ADD its counts; the reference is
+start + np.bincount(data). A kernel that writes nothing leaves the random start values and fails.
+"""
+
+import numpy as np
+import pytest
+
+from pytest_hpccourse import cuda
+
+
+def _run(mod, data, nbins, block, grid):
+    rng = np.random.default_rng(data.size * 7 + nbins)
+    start = rng.integers(0, 1000, nbins).astype(np.uint32)
+    bins = start.copy()
+    mod.histogram[grid, block, nbins * 4](data, data.size, bins, nbins)
+    return bins, start + np.bincount(data, minlength=nbins).astype(np.uint32)
+
+
+@pytest.mark.points(2)
+def test_uniform_sizes_and_bin_counts(lesson):
+    """nbins not a multiple of the block (1, 100, 257, 1000); n from 1 to 20000; grids capped at 8 blocks."""
+    mod = cuda.load(lesson.path("histogram.cu"))
+    rng = np.random.default_rng(601)
+    for nbins in (1, 100, 257, 1000):
+        for n in (1, 33, 4099, 20000):
+            data = rng.integers(0, nbins, n).astype(np.int32)
+            for block in (64, 256):
+                grid = min(8, -(-n // block))
+                got, want = _run(mod, data, nbins, block, grid)
+                np.testing.assert_array_equal(got, want, err_msg=f"nbins={nbins}, n={n}, T={block}, G={grid}")
+
+
+@pytest.mark.points(1)
+def test_skewed_data(lesson):
+    """90% of the values in one bin (heavy contention on one shared-memory word), the rest Zipf-like."""
+    mod = cuda.load(lesson.path("histogram.cu"))
+    rng = np.random.default_rng(602)
+    nbins, n = 256, 30000
+    data = np.where(rng.random(n) < 0.9, 17, np.minimum(rng.zipf(1.5, n), nbins - 1)).astype(np.int32)
+    got, want = _run(mod, data, nbins, 128, 8)
+    np.testing.assert_array_equal(got, want)
+    data = np.full(5000, nbins - 1, dtype=np.int32)  # every element in the last bin
+    got, want = _run(mod, data, nbins, 128, 4)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.points(1)
+def test_checked_mode(lesson):
+    """Race build: non-atomic shared increments, non-atomic merges into global bins shared by blocks,
+    and a missing barrier after zeroing all show up here; plus fwd / rev / random order and ASan."""
+    mod = cuda.load(lesson.path("histogram.cu"))
+    rng = np.random.default_rng(603)
+    nbins, n, block, grid = 37, 500, 64, 3
+    data = np.where(rng.random(n) < 0.5, 5, rng.integers(0, nbins, n)).astype(np.int32)
+    start = rng.integers(0, 1000, nbins).astype(np.uint32)
+    res = cuda.check(mod.histogram, (grid, block, nbins * 4), (data, n, start.copy(), nbins))
+    np.testing.assert_array_equal(res[2], start + np.bincount(data, minlength=nbins).astype(np.uint32))

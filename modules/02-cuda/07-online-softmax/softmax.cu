@@ -1,0 +1,57 @@
+// cuda-07: one-pass (online) row softmax, one warp per row.
+//
+// softmax_rows(x, y, rows, cols): y[r][:] = softmax(x[r][:]) for a row-major rows x cols matrix.
+// Launch: block (32, WARPS_PER_BLOCK) -> warp threadIdx.y of block b handles row
+// b * blockDim.y + threadIdx.y; grid = ceil(rows / blockDim.y). Every row must contain at least
+// one finite value (-inf entries, e.g. a causal mask, are allowed).
+//
+// Pass 1 reads the row once and keeps, per lane, a running max m and a running sum
+// d = sum_j exp(x_j - m); the 32 lane states are then merged with shuffles. Pass 2 reads the
+// row again and writes exp(x - m) / d. Two reads + one write, instead of the three reads + one
+// write of the max / sum / normalize formulation.
+
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// exp(m_old - m_new), the factor that rescales a sum taken relative to m_old so that it is
+// relative to m_new (>= m_old). A state that has seen nothing (m_old = -inf) has d = 0 and must
+// stay 0: computing exp(-inf - (-inf)) would give exp(NaN) = NaN.
+__device__ __forceinline__ float rescale(float m_old, float m_new) {
+    return m_old == neg_inf() ? 0.0f : expf(m_old - m_new);
+}
+
+__global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
+    int lane = threadIdx.x;
+    int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) return;  // the whole warp leaves together: row depends on threadIdx.y only
+    const float* xr = x + (size_t)row * cols;
+    float* yr = y + (size_t)row * cols;
+
+    // HINT: online update per element: m' = max(m, x); d' = d * exp(m - m') + exp(x - m'); then merge (m, d) pairs across lanes the same way.
+    // BEGIN SOLUTION
+    float m = neg_inf();  // running max of the elements this lane has seen
+    float d = 0.0f;       // running sum of exp(x_j - m) over those elements
+    for (int j = lane; j < cols; j += 32) {  // lane-strided: a warp reads 128 contiguous bytes
+        float v = xr[j];
+        float m_new = fmaxf(m, v);
+        d = d * rescale(m, m_new) + rescale(v, m_new);
+        m = m_new;
+    }
+
+    // Merge the 32 lane states with a butterfly; afterwards every lane holds the row's (m, d).
+    // The merge of (m_a, d_a) and (m_b, d_b) is the same rule as one element, with weights d.
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        float m_o = __shfl_xor_sync(FULL_MASK, m, offset);
+        float d_o = __shfl_xor_sync(FULL_MASK, d, offset);
+        float m_new = fmaxf(m, m_o);
+        d = d * rescale(m, m_new) + d_o * rescale(m_o, m_new);
+        m = m_new;
+    }
+
+    float inv_d = 1.0f / d;
+    for (int j = lane; j < cols; j += 32) {
+        yr[j] = expf(xr[j] - m) * inv_d;
+    }
+    // END SOLUTION
+}

@@ -1,0 +1,119 @@
+// cuda-08: fused LayerNorm (Welford) and RMSNorm forward, one block per row.
+//
+// layernorm_fwd(x, gamma, beta, y, mean, rstd, rows, cols, eps):
+//     mu = mean(x[r]), var = mean((x[r] - mu)^2)  (biased, as torch.nn.LayerNorm),
+//     rstd = 1 / sqrt(var + eps), y[r] = (x[r] - mu) * rstd * gamma + beta;
+//     mean[r] and rstd[r] are saved for the backward pass.
+// rmsnorm_fwd(x, gamma, y, rows, cols, eps): y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gamma.
+// Launch: grid = rows, block = T threads (a multiple of 32, at most 1024).
+// One read of x to get the statistics, one more to normalize (it is usually still in L1/L2),
+// one write of y: the kernel is memory-bound, and fusing everything into one launch is the win.
+
+#define FULL_MASK 0xffffffffu
+
+// A Welford state: count, mean and M2 = sum of squared deviations from the mean.
+struct Welford {
+    float n;
+    float mean;
+    float m2;
+};
+
+// Merge two states (Chan, Golub and LeVeque's parallel formula). The correction term
+// delta^2 * na * nb / n accounts for the two parts having different means.
+__device__ __forceinline__ Welford welford_merge(Welford a, Welford b) {
+    Welford r;
+    r.n = a.n + b.n;
+    if (r.n == 0.0f) return a;  // both empty
+    float delta = b.mean - a.mean;
+    float wb = b.n / r.n;
+    r.mean = a.mean + delta * wb;
+    r.m2 = a.m2 + b.m2 + delta * delta * a.n * wb;
+    return r;
+}
+
+__device__ __forceinline__ Welford warp_welford(Welford w) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        Welford o;
+        o.n = __shfl_xor_sync(FULL_MASK, w.n, offset);
+        o.mean = __shfl_xor_sync(FULL_MASK, w.mean, offset);
+        o.m2 = __shfl_xor_sync(FULL_MASK, w.m2, offset);
+        w = welford_merge(w, o);
+    }
+    return w;
+}
+
+__global__ void layernorm_fwd(const float* x, const float* gamma, const float* beta, float* y,
+                              float* mean_out, float* rstd_out, int rows, int cols, float eps) {
+    __shared__ Welford warp_states[32];
+    __shared__ float s_mean, s_rstd;
+    int row = blockIdx.x;
+    const float* xr = x + (size_t)row * cols;
+    float* yr = y + (size_t)row * cols;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+
+    // HINT: per-thread Welford update over a block-strided slice, then merge states: warp (shuffles) -> block (shared memory).
+    // BEGIN SOLUTION
+    // Per-thread Welford: after k values, mean is their mean and m2 the sum of squared
+    // deviations, both updated with small numbers (x - mean), never with x^2.
+    Welford w = {0.0f, 0.0f, 0.0f};
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        float v = xr[j];
+        w.n += 1.0f;
+        float delta = v - w.mean;
+        w.mean += delta / w.n;
+        w.m2 += delta * (v - w.mean);  // uses the OLD and the NEW mean: exact in real arithmetic
+    }
+
+    w = warp_welford(w);
+    if (lane == 0) warp_states[warp] = w;
+    __syncthreads();
+    if (warp == 0) {
+        Welford e = {0.0f, 0.0f, 0.0f};
+        w = lane < nwarps ? warp_states[lane] : e;
+        w = warp_welford(w);
+        if (lane == 0) {
+            float var = w.m2 / w.n;  // biased variance, as LayerNorm uses
+            s_mean = w.mean;
+            s_rstd = rsqrtf(var + eps);
+            mean_out[row] = s_mean;
+            rstd_out[row] = s_rstd;
+        }
+    }
+    __syncthreads();  // everyone needs s_mean / s_rstd
+
+    float mu = s_mean, rs = s_rstd;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
+    }
+    // END SOLUTION
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(FULL_MASK, v, offset);
+    return v;
+}
+
+__global__ void rmsnorm_fwd(const float* x, const float* gamma, float* y, int rows, int cols, float eps) {
+    __shared__ float warp_sums[32];
+    __shared__ float s_scale;
+    int row = blockIdx.x;
+    const float* xr = x + (size_t)row * cols;
+    float* yr = y + (size_t)row * cols;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+
+    // HINT: only a sum of squares is needed: no mean, so no cancellation problem.
+    // BEGIN SOLUTION
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) ss += xr[j] * xr[j];
+    ss = warp_sum(ss);
+    if (lane == 0) warp_sums[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+        ss = warp_sum(lane < nwarps ? warp_sums[lane] : 0.0f);
+        if (lane == 0) s_scale = rsqrtf(ss / cols + eps);
+    }
+    __syncthreads();
+    float sc = s_scale;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = xr[j] * sc * gamma[j];
+    // END SOLUTION
+}
