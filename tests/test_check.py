@@ -33,23 +33,21 @@ def run_main(*args: str) -> tuple[int, str]:
     return rc, buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def checked(paths: list[Path], tmp_path: Path) -> tuple[int, str, dict[str, Any]]:
+    """`hpccourse check PATHS -j 2`: exit status, output, results by lesson id; and the source
+    tree is left as it was."""
     before = tree_digest(FIXTURES)
-    out = tmp_path_factory.mktemp("check")
-    demo_rc, demo_out = run_main(str(DEMO), "-j", "2", "--json", str(out / "demo.json"))
-    planted_rc, planted_out = run_main(str(PLANTED), "-j", "2", "--json", str(out / "planted.json"))
+    rc, out = run_main(*map(str, paths), "-j", "2", "--json", str(tmp_path / "check.json"))
     assert tree_digest(FIXTURES) == before, "check wrote to the source tree"
-    results = {r["id"]: r for name in ("demo", "planted")
-               for r in json.loads((out / f"{name}.json").read_text(encoding="utf-8"))}
-    return {"demo": (demo_rc, demo_out), "planted": (planted_rc, planted_out), "results": results}
+    results = json.loads((tmp_path / "check.json").read_text(encoding="utf-8"))
+    return rc, out, {r["id"]: r for r in results}
 
 
-def test_demo_module_is_sound(checked):
-    rc, out = checked["demo"]
+def test_demo_module_is_sound(tmp_path: Path):
+    rc, out, results = checked([DEMO], tmp_path)
     assert rc == 0, out
     for lid, mutants in (("demo-01", 2), ("demo-02", 1)):
-        r = checked["results"][lid]
+        r = results[lid]
         assert (r["verdict"], r["reference"], r["blank"]) == ("SOUND", "10/10", "0/10"), r
         assert r["reasons"] == [] and r["unproven"] == []
         assert [m["result"] for m in r["mutants"]] == ["caught"] * mutants
@@ -59,16 +57,16 @@ def test_demo_module_is_sound(checked):
     assert "mutant 2 (forgets the scale factor): caught by test_axpy.py::" in out
 
 
-def test_planted_lessons_are_unsound_with_reasons(checked):
-    rc, out = checked["planted"]
+def test_planted_lessons_are_unsound_with_reasons(tmp_path: Path):
+    rc, out, results = checked([PLANTED], tmp_path)
     assert rc == 1, out
-    no_assert = checked["results"]["planted-01"]
+    no_assert = results["planted-01"]
     assert no_assert["verdict"] == "UNSOUND"
     assert no_assert["blank"] == "4/10"
     assert any(r.startswith("blank scores code 4/4: passes without the solution: "
                             "test_double.py::test_double_runs") for r in no_assert["reasons"])
     assert "mutant 1 (wrong factor) survived: every code test passes" in no_assert["reasons"]
-    survivor = checked["results"]["planted-02"]
+    survivor = results["planted-02"]
     assert survivor["verdict"] == "UNSOUND" and survivor["blank"] == "0/10"
     assert survivor["reasons"] == [
         "mutant 1 (negative inputs pass through) survived: every code test passes",
