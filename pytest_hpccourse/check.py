@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,7 @@ SOUND, UNSOUND, UNPROVEN = "SOUND", "UNSOUND", "UNPROVEN"
 PLACEHOLDER = "TODO(scaffold)"  # what `hpccourse new` leaves for the author to replace
 PLUGIN = "pytest_hpccourse.plugin"
 TAIL = 600  # characters of pytest output quoted when a run produced no report
+_LESSON_DIR = re.compile(r"^\d{2}-")  # lesson folders are NN-slug
 
 
 @dataclass
@@ -226,15 +228,18 @@ def _check_mutant(i: int, m: manifest.Mutant, lesson: manifest.Lesson, stage: Pa
 
 
 def _copy_lesson_module(lesson_dir: Path, stage: Path) -> str:
-    """Copy the lesson's module into `stage` without the other lessons; returns the lesson's
-    path relative to `stage` ('/' separators)."""
+    """Copy the lesson's module into `stage` without the other lessons (nor lesson folders still
+    being written: `NN-slug` folders of the module); returns the lesson's path relative to `stage`
+    ('/' separators)."""
     module = lesson_dir.parent
 
     def ignore(folder: str, names: list[str]) -> set[str]:
         skipped = set(shutil.ignore_patterns(*release.IGNORED)(folder, names))
         for name in names:
             p = Path(folder) / name
-            if p.is_dir() and p != lesson_dir and (p / manifest.FILENAME).is_file():
+            if not p.is_dir() or p == lesson_dir:
+                continue
+            if (p / manifest.FILENAME).is_file() or (p.parent == module and _LESSON_DIR.match(name)):
                 skipped.add(name)
         return skipped
 

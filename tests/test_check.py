@@ -248,3 +248,12 @@ def test_duplicate_ids_are_unsound(tmp_path: Path, monkeypatch):
     results = check.check_paths([module], 2, stub)
     assert [r.verdict for r in results] == ["SOUND", "UNSOUND"]
     assert results[1].reasons[-1].startswith("id 'demo-01' is also used by ")
+
+
+def test_a_lesson_folder_still_being_written_does_not_affect_its_siblings(lesson: Path):
+    draft = lesson.parent / "03-draft"
+    draft.mkdir()
+    (draft / "k.py").write_text("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n")
+    stub = StubRunner(entry("demo-01", (4.0, "PASS")), entry("demo-01", (0.0, "FAIL"), (0, 0, 0)), GOOD_MUTANT)
+    res = check.check_lesson(lesson, stub, "x")
+    assert res.verdict == "SOUND", res.reasons
