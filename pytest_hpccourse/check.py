@@ -224,6 +224,10 @@ def _check_mutant(i: int, m: manifest.Mutant, lesson: manifest.Lesson, stage: Pa
         return MutantCheck(i, m.why, "caught", "caught by " + failed[0]["nodeid"].split("/")[-1])
     if code["status"] == "ERROR":
         return MutantCheck(i, m.why, "caught", f"caught at collection: {code['message']}")
+    needs = sorted({t.get("message", "") for t in code["tests"]
+                    if t["outcome"] == "skipped" and t.get("message", "").startswith("NEEDS")})
+    if needs:  # the tests that could catch it may be the ones that cannot run here
+        return MutantCheck(i, m.why, "unproven", "passes the tests that ran; skipped: " + "; ".join(needs))
     return MutantCheck(i, m.why, "survived", "every code test passes")
 
 

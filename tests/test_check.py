@@ -257,3 +257,15 @@ def test_a_lesson_folder_still_being_written_does_not_affect_its_siblings(lesson
     stub = StubRunner(entry("demo-01", (4.0, "PASS")), entry("demo-01", (0.0, "FAIL"), (0, 0, 0)), GOOD_MUTANT)
     res = check.check_lesson(lesson, stub, "x")
     assert res.verdict == "SOUND", res.reasons
+
+
+def test_mutant_surviving_only_where_gpu_tests_are_skipped_is_unproven(lesson: Path):
+    tests = [{"nodeid": "m/01/test_k.py::test_cpu", "outcome": "passed"},
+             {"nodeid": "m/01/test_k.py::test_gpu", "outcome": "skipped",
+              "message": "NEEDS cuda-gpu (this test only)"}]
+    stub = StubRunner(entry("demo-01", (4.0, "PASS")), entry("demo-01", (0.0, "FAIL"), (0, 0, 0)),
+                      entry("demo-01", (4.0, "PASS"), tests=tests))
+    res = check.check_lesson(lesson, stub, "x")
+    assert res.verdict == "UNPROVEN" and res.reasons == []
+    assert res.unproven == ["mutant 1: passes the tests that ran; skipped: NEEDS cuda-gpu (this test only)",
+                            "mutant 2: passes the tests that ran; skipped: NEEDS cuda-gpu (this test only)"]
