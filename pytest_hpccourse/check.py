@@ -106,7 +106,7 @@ class Runner:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
         return env
 
-    def run(self, cwd: Path, args: Sequence[str], lesson_id: str, report: Path) -> tuple[dict | None, str]:
+    def run(self, cwd: Path, args: Sequence[str], lesson_id: str, report: Path) -> tuple[dict[str, Any] | None, str]:
         cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider",
                "--course-json", str(report)]
         if not self.registered:
@@ -178,7 +178,7 @@ def _check_reference(entry: dict[str, Any], res: LessonCheck) -> bool:
             res.fail(f"reference {q['id']}: NEEDS key: lesson.toml must hold the answer key")
         elif q["score"] < q["max_score"]:
             res.fail(f"reference {q['id']} scores {_score(q)}: {q['message']}")
-    return code["status"] != "NEEDS"
+    return bool(code["status"] != "NEEDS")
 
 
 def _check_blank(entry: dict[str, Any], res: LessonCheck) -> None:
@@ -305,12 +305,12 @@ def check_lesson(lesson_dir: Path, runner: Runner, display: str,
         elif not runnable and lesson.mutants:
             res.unproven.append(f"{len(lesson.mutants)} mutant(s) not run")
         # (a reference that fails its own tests is already UNSOUND; mutants would prove nothing)
-    for m in res.mutants:
-        if m.result in ("survived", "count", "error"):
-            label = {"survived": "survived", "count": "does not apply", "error": "run failed"}[m.result]
-            res.fail(f"mutant {m.index} ({m.why}) {label}: {m.detail}")
-        elif m.result == "unproven":
-            res.unproven.append(f"mutant {m.index}: {m.detail}")
+    for mc in res.mutants:
+        if mc.result in ("survived", "count", "error"):
+            label = {"survived": "survived", "count": "does not apply", "error": "run failed"}[mc.result]
+            res.fail(f"mutant {mc.index} ({mc.why}) {label}: {mc.detail}")
+        elif mc.result == "unproven":
+            res.unproven.append(f"mutant {mc.index}: {mc.detail}")
     return _done(res, started)
 
 
