@@ -108,8 +108,8 @@ def split_keys(data: Mapping[str, Any], path: Path) -> tuple[dict[str, Any], dic
 
 
 _KIND_HELP = {
-    "choice": "一个选项字母 / one option letter, e.g. B",
-    "multi": "选项字母列表（全对才得分）/ a list of letters, all-or-nothing, e.g. [A, C]",
+    "choice": "一个选项字母 / one option letter",
+    "multi": "选项字母列表，形如 [X, Y]，全对才得分 / a list of letters like [X, Y], all-or-nothing",
     "numeric": "一个数 / a number",
     "formula": "算式字符串 / an expression as a string",
     "keywords": "简短文字 / short free text",
@@ -128,7 +128,7 @@ def answers_template(data: Mapping[str, Any]) -> str:
         f"# {lid}: {title}",
         "# 在每个冒号后填写答案；保存后运行 `pytest --course-report` 查看得分。",
         "# Write each answer after its colon; run `pytest --course-report` to see your score.",
-        "# YAML: 文字答案或算式请加引号 / quote text and expressions, e.g. Q3: \"16*psi/N\"",
+        "# YAML: 文字答案或算式请加引号 / quote text and expressions, like Qn: \"a*b/c\"",
     ]
     for q in data.get("questions", []):
         kind = str(q.get("kind", ""))
