@@ -115,6 +115,16 @@ class LessonResult:
                 "questions": [],
             }
         code = self.code()
+        if self.tampered:
+            # Classroom mode: a lesson whose protected files changed scores nothing at all.
+            return {
+                "id": self.id, "title": self.title, "title_en": self.title_en, "path": self.path,
+                "status": "FAIL", "score": 0.0, "max_score": r.total, "needs": [], "message": code["message"],
+                "code": code,
+                "questions": [{"id": q.id, "kind": q.kind, "score": 0.0, "max_score": m, "status": "FAIL",
+                               "message": f"{q.id}: tests modified"}
+                              for q, m in zip(self.lesson.questions if self.lesson else (), r.questions)],
+            }
         questions = [
             {"id": q.id, "kind": q.kind, "score": g.score, "max_score": g.max_score,
              "status": g.status, "message": g.message}
