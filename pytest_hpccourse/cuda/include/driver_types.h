@@ -1,0 +1,3 @@
+// hpccourse CUDA emulator: everything driver_types.h declares is in hpccourse_cuda.h (force-included).
+#pragma once
+#include "hpccourse_cuda.h"

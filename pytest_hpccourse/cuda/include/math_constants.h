@@ -1,0 +1,14 @@
+// hpccourse CUDA emulator: the constants of CUDA's math_constants.h that lessons use.
+#pragma once
+#include "hpccourse_cuda.h"
+#define CUDART_INF_F __int_as_float(0x7f800000)
+#define CUDART_NAN_F __int_as_float(0x7fffffff)
+#define CUDART_INF __longlong_as_double(0x7ff0000000000000ULL)
+#define CUDART_NAN __longlong_as_double(0xfff8000000000000ULL)
+#define CUDART_PI_F 3.141592654f
+#define CUDART_PI 3.1415926535897931e+0
+#define CUDART_SQRT_HALF_F 0.707106781f
+#define CUDART_L2E_F 1.442695041f
+#define CUDART_LN2_F 0.693147181f
+#define CUDART_MAX_NORMAL_F __int_as_float(0x7f7fffff)
+#define CUDART_MIN_DENORM_F __int_as_float(0x00000001)
