@@ -108,7 +108,7 @@ def _locked(path: Path):
 def _flags(variant: str) -> tuple[list[str], list[str]]:
     """(compile flags, link flags) of a variant."""
     opt = os.environ.get("HPCCOURSE_CUDA_OPT", "-O1")
-    common = ["-std=c++17", opt, "-g", "-fno-omit-frame-pointer", "-fno-threadsafe-statics", "-fno-strict-aliasing",
+    common = ["-std=gnu++17", opt, "-g", "-fno-omit-frame-pointer", "-fno-threadsafe-statics", "-fno-strict-aliasing",
               "-w", "-fdiagnostics-color=never", "-I", str(INCLUDE)]
     link = ["-lm"]
     if platform.system() == "Linux":
@@ -179,6 +179,12 @@ def _parse_diag(log: str, path: Path) -> tuple[str | None, int | None, str]:
 
 def _compile_error(log: str, path: Path, who: str, kernel_spec: str | None = None) -> CudaCompileError:
     file, line, msg = _parse_diag(log, path)
+    if file and (file.startswith(str(INCLUDE)) or file == "<command-line>"):
+        # an error inside the emulation header: name the learner's line that led there
+        for m in re.finditer(r"^(.*?):(\d+):\d+: ", log, flags=re.M):
+            if m.group(1) == str(path):
+                file, line = m.group(1), int(m.group(2))
+                break
     where = f"{_show(file)}:{line}: " if file and line else ""
     text = f"{where}{msg}\n(compiled by {who}; full log below)\n{_trim(log)}"
     if file == TABLE_FILE and kernel_spec:
@@ -470,12 +476,41 @@ def _run_child(b: Build, cmd: list[str], result_path: Path, timeout: float, kern
 
 # ----------------------------------------------------------------------------- errors
 
+@functools.lru_cache(maxsize=64)
+def _elf_base(exe: str) -> int:
+    """The lowest PT_LOAD virtual address (0 for PIE, 0x400000 for a classic x86-64 executable)."""
+    import struct
+    try:
+        with open(exe, "rb") as fh:
+            head = fh.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:
+                return 0
+            phoff, = struct.unpack_from("<Q", head, 0x20)
+            phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+        base = None
+        for i in range(phnum):
+            p_type, = struct.unpack_from("<I", table, i * phentsize)
+            if p_type == 1:
+                vaddr, = struct.unpack_from("<Q", table, i * phentsize + 16)
+                base = vaddr if base is None else min(base, vaddr)
+        return base or 0
+    except (OSError, struct.error):
+        return 0
+
+
 def symbolize(exe: Path, pcs: list[int], *, return_address: list[bool]) -> dict[int, tuple[str, str | None, int | None]]:
     """{pc: (function, file, line)} for offsets from the executable's start (first learner frame)."""
-    pcs = [p for p in dict.fromkeys(pcs) if p]
+    seen: dict[int, bool] = {}
+    for p, ra in zip(pcs, return_address):
+        if p and p not in seen:
+            seen[p] = ra
+    pcs = list(seen)
     if not pcs:
         return {}
-    adj = {p: (p - 1 if ra else p) for p, ra in zip(pcs, return_address)}
+    base = _elf_base(str(exe))
+    adj = {p: base + (p - 1 if seen[p] else p) for p in pcs}
     try:
         out = subprocess.run(["addr2line", "-e", str(exe), "-f", "-C", "-i", "-a", *[hex(adj[p]) for p in pcs]],
                              capture_output=True, text=True, timeout=60).stdout
@@ -584,7 +619,8 @@ def _asan_frames(stderr: str, b: Build) -> list[int]:
 
 def _asan_location(stderr: str, b: Build) -> tuple[str | None, int | None]:
     frames = _asan_frames(stderr, b)
-    syms = symbolize(b.exe, frames[:8], return_address=[True] * len(frames[:8]))
+    syms = symbolize(b.exe, [f - _elf_base(str(b.exe)) for f in frames[:8]], return_address=[True] * len(frames[:8]))
+    frames = [f - _elf_base(str(b.exe)) for f in frames]
     for f in frames[:8]:
         s = syms.get(f)
         if s and s[1]:

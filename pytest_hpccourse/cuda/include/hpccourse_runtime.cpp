@@ -1558,7 +1558,7 @@ void asan_death() {
     }
     uintptr_t a = (uintptr_t)__asan_get_report_address();
     void* pc = __asan_get_report_pc();
-    r->pc1 = pc ? pc_off(pc) + 1 : 0;   // reported as a return address: Python subtracts 1
+    r->pc1 = pc ? pc_off(pc) : 0;   // a return address (of the __asan_report_* call): Python subtracts 1
     const char* desc = __asan_get_report_description();
     int write = __asan_get_report_access_type();
     size_t n = __asan_get_report_access_size();
