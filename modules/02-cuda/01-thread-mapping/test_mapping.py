@@ -75,11 +75,11 @@ def test_checked_mode(lesson):
     b = rng.standard_normal(n).astype(np.float32)
     c = np.full(n, np.nan, dtype=np.float32)
     out = cuda.check(mod.vec_add, (2, 32, 0), (a, b, c, n))
-    np.testing.assert_array_equal(out[2], a + b)
+    np.testing.assert_array_equal(out.outputs[2], a + b)
 
     rows, cols = 9, 37
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     bias = rng.standard_normal(cols).astype(np.float32)
     y = np.full((rows, cols), np.nan, dtype=np.float32)
     out = cuda.check(mod.bias_add_2d, ((2, 3), (32, 4), 0), (x, bias, y, rows, cols))
-    np.testing.assert_array_equal(out[2], x + bias[None, :])
+    np.testing.assert_array_equal(out.outputs[2], x + bias[None, :])

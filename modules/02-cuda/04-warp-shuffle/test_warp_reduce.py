@@ -80,10 +80,10 @@ def test_checked_mode(lesson):
     x = rng.standard_normal(n).astype(np.float32)
     c = np.float32(0.75)
     res = cuda.check(mod.reduce_sum_atomic, (grid, block, 0), (x, np.array([c], dtype=np.float32), n))
-    _check_sum(res[1][0], x, c, block, grid, "checked sum")
+    _check_sum(res.outputs[1][0], x, c, block, grid, "checked sum")
 
     partial = np.full(grid, np.nan, dtype=np.float32)
     res = cuda.check(mod.reduce_max, (grid, block, 0), (x, partial, n))
     want = [x[np.r_[b * block:min((b + 1) * block, n), (b + grid) * block:min((b + grid + 1) * block, n)]].max()
             for b in range(grid)]
-    np.testing.assert_array_equal(res[1], np.array(want, dtype=np.float32))
+    np.testing.assert_array_equal(res.outputs[1], np.array(want, dtype=np.float32))

@@ -72,7 +72,7 @@ def test_checked_mode(lesson):
     out = np.full(n, POISON, dtype=np.int32)
     sums = np.full(grid, POISON, dtype=np.int32)
     res = cuda.check(mod.block_scan, (grid, block, 2 * block * 4), (x, out, sums, n, 1))
-    out, sums = res[1], res[2]
+    out, sums = res.outputs[1], res.outputs[2]
     for c in range(grid):  # each chunk scanned on its own
         chunk = x[c * 64:(c + 1) * 64]
         np.testing.assert_array_equal(out[c * 64:(c + 1) * 64], np.cumsum(chunk), err_msg=f"chunk {c}")
@@ -80,4 +80,4 @@ def test_checked_mode(lesson):
     offs = np.full(grid, POISON, dtype=np.int32)
     total = np.full(1, POISON, dtype=np.int32)
     res = cuda.check(mod.block_scan, (1, block, 2 * block * 4), (sums, offs, total, grid, 0))
-    np.testing.assert_array_equal(res[1], np.cumsum(sums) - sums)
+    np.testing.assert_array_equal(res.outputs[1], np.cumsum(sums) - sums)

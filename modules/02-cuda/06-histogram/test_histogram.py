@@ -56,4 +56,4 @@ def test_checked_mode(lesson):
     data = np.where(rng.random(n) < 0.5, 5, rng.integers(0, nbins, n)).astype(np.int32)
     start = rng.integers(0, 1000, nbins).astype(np.uint32)
     res = cuda.check(mod.histogram, (grid, block, nbins * 4), (data, n, start.copy(), nbins))
-    np.testing.assert_array_equal(res[2], start + np.bincount(data, minlength=nbins).astype(np.uint32))
+    np.testing.assert_array_equal(res.outputs[2], start + np.bincount(data, minlength=nbins).astype(np.uint32))

@@ -91,4 +91,4 @@ def test_checked_mode(lesson):
     x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
     x[3, 10:] = -np.inf
     res = cuda.check(mod.softmax_rows, _launch(rows), (x, np.full_like(x, np.nan), rows, cols))
-    _check(res[1], x, "checked mode")
+    _check(res.outputs[1], x, "checked mode")

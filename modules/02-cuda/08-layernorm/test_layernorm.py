@@ -115,7 +115,7 @@ def test_checked_mode(lesson):
                      (x, g, b, nan(rows, cols), nan(rows), nan(rows), rows, cols, EPS))
     ry, rmu, rrstd = _ln_ref(x, g, b)
     tol = 8 * 12 * U * 8
-    _close(res[3], ry, tol, "checked layernorm y")
-    _close(res[4], rmu, tol, "checked layernorm mean")
+    _close(res.outputs[3], ry, tol, "checked layernorm y")
+    _close(res.outputs[4], rmu, tol, "checked layernorm mean")
     res = cuda.check(mod.rmsnorm_fwd, (rows, 64, 0), (x, g, nan(rows, cols), rows, cols, EPS))
-    _close(res[2], _rms_ref(x, g), tol, "checked rmsnorm y")
+    _close(res.outputs[2], _rms_ref(x, g), tol, "checked rmsnorm y")

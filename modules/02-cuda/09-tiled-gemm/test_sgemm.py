@@ -55,4 +55,4 @@ def test_checked_mode(lesson):
     m, n, k = 20, 19, 37
     a, b, c = _inputs(rng, m, n, k)
     res = cuda.check(mod.sgemm_tiled, _launch(m, n), (a, b, c, m, n, k))
-    _check(res[2], a, b, "checked mode")
+    _check(res.outputs[2], a, b, "checked mode")
