@@ -153,13 +153,23 @@ class Module:
             self._gpu[key] = m
         return m
 
-    def _need(self, spec: str) -> None:
+    def _need(self, spec: str, variant: str | None = None) -> None:
+        """Make sure the builds include `spec` (a template instantiation is added on first use)."""
         base, _ = _source.split_template_name(spec)
         k = self._src_kernels.get(base)
         if k is not None and not k.is_template and spec == base:
             return
-        if spec not in self._templates:
-            self._templates.append(spec)
+        if spec in self._templates:
+            return
+        self._templates.append(spec)
+        try:
+            if self.backend == "gpu" and variant in (None, "gpu"):
+                self._gpu_module()
+            else:
+                self._build(variant or self.variant)
+        except CudaError:
+            self._templates.remove(spec)   # a misspelt name must not poison later builds
+            raise
 
     # -- kernels
     @property
@@ -238,14 +248,13 @@ class Kernel:
         text = m._text_params(self.spec)
         if m.backend == "gpu" and build in (None, "gpu"):
             return merge_params(text, None)
-        m._need(self.spec)
+        m._need(self.spec, build or m.variant)
         b = m._build(build or m.variant)
         d = b.kernels.get(self.spec)
         return merge_params(text, d["params"] if d else None)
 
     def _run(self, grid, block, smem, args: list, *, build=None, order=None, seed=None, banks=None, timeout=None) -> dict:
         m = self.module
-        m._need(self.spec)
         use_gpu = m.backend == "gpu" and build in (None, "gpu")
         if use_gpu:
             params = self.params("gpu")
