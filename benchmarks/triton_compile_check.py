@@ -21,54 +21,31 @@ os.environ["TRITON_INTERPRET"] = "0"  # set before Triton is imported; the cours
 
 _RESULTS: dict[tuple, str] = {}
 
-_DTYPES = {
-    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
-    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1",
-}
-
-
-def _arg_type(value):
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return "*" + _DTYPES[str(value.dtype).removeprefix("torch.")]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -2**31 <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    if value is None:
-        return "constexpr"
-    raise TypeError(f"no Triton type for {type(value).__name__}")
-
-
 def _compile(jit_fn, args, kwargs, target):
+    """Compile exactly as JITFunction.run would on a device of `target`: same binder, same specialization
+    (16-byte-aligned pointers and multiples of 16 get tt.divisibility, ints equal to 1 become constants)."""
     import triton
-    from triton.compiler import ASTSource
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
 
-    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in kwargs}
-    bound = jit_fn.signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    signature, constexprs = {}, {}
-    for param in jit_fn.params:
-        value = bound.arguments[param.name]
-        if param.is_constexpr:
-            signature[param.name] = "constexpr"
-            constexprs[param.name] = value
-        else:
-            signature[param.name] = _arg_type(value)
-            if signature[param.name] == "constexpr":
-                constexprs[param.name] = value
-    key = (jit_fn.__name__, tuple(sorted(signature.items())), tuple(sorted((k, str(v)) for k, v in constexprs.items())),
-           tuple(sorted(opts.items())))
+    backend = make_backend(target)
+    binder = create_function_from_signature(jit_fn.signature, jit_fn.params, backend)
+    bound_args, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = jit_fn._pack_args(backend, kwargs, bound_args, specialization, options)
+    key = (jit_fn.__name__, str(signature), str(sorted(constexprs.items(), key=str)), str(attrs),
+           options.num_warps, options.num_stages)
     if key in _RESULTS:
         return
     try:
-        triton.compile(ASTSource(jit_fn, signature, constexprs), target=target, options=opts)
-        _RESULTS[key] = "ok"
+        kernel = triton.compile(ASTSource(jit_fn, signature, constexprs, attrs), target=target,
+                                options=options.__dict__)
+        ttgir = kernel.asm.get("ttgir", "")
+        pipelined = "async_copy_global_to_local" in ttgir or "async_tma_copy" in ttgir
+        _RESULTS[key] = (f"ok: smem {kernel.metadata.shared} B"
+                         f"{', pipelined' if pipelined else ''}{', wgmma' if 'warp_group_dot' in ttgir else ''}")
     except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the run
-        _RESULTS[key] = f"FAILED: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        lines = str(exc).strip().splitlines()
+        _RESULTS[key] = f"FAILED: {type(exc).__name__}: {lines[-1] if lines else ''}"
         if os.environ.get("COMPILE_CHECK_VERBOSE"):
             traceback.print_exc()
 
@@ -85,7 +62,7 @@ def pytest_configure(config):
     target = GPUTarget(backend, int(arch), 32)
 
     def run(self, *args, grid, warmup, **kwargs):
-        _compile(self, args, dict(kwargs), target)
+        _compile(self, args, kwargs, target)
 
     def autotuned_run(self, *args, **kwargs):
         for cfg in self.configs:
@@ -102,8 +79,8 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section(f"Triton {triton.__version__} compile check")
     failed = 0
-    for (name, sig, consts, opts), status in sorted(_RESULTS.items()):
-        failed += status != "ok"
-        if status != "ok" or os.environ.get("COMPILE_CHECK_VERBOSE"):
-            tr.write_line(f"{status:8s} {name} {dict(consts)} {dict(opts)} {[t for _, t in sig if t != 'constexpr']}")
+    for (name, sig, consts, attrs, warps, stages), status in sorted(_RESULTS.items()):
+        failed += not status.startswith("ok")
+        if not status.startswith("ok") or os.environ.get("COMPILE_CHECK_VERBOSE"):
+            tr.write_line(f"{status}  {name} {consts} warps={warps} stages={stages} {sig}")
     tr.write_line(f"{len(_RESULTS)} kernel specializations compiled, {failed} failed")
