@@ -87,6 +87,20 @@ def rel_err(got, want) -> float:
     return float(cp.linalg.norm(got - want) / max(float(cp.linalg.norm(want)), 1e-300))
 
 
+def torch_mod():
+    try:
+        import torch
+
+        return torch if torch.cuda.is_available() else None
+    except Exception:
+        return None
+
+
+def as_torch(a):
+    torch = torch_mod()
+    return torch.as_tensor(a, device="cuda")
+
+
 class Bench:
     def __init__(self, copy_bw: float):
         self.copy_bw = copy_bw
@@ -159,6 +173,11 @@ def main() -> int:
         launch()
         ok = bool(cp.array_equal(o, a.T))
         b.bw("cuda-02", name, f"{r}x{c}", time_ms(launch), 8 * r * c, "exact" if ok else "WRONG")
+    if torch_mod():
+        at = as_torch(a)
+        b.bw("cuda-02", "torch .t().contiguous()", f"{r}x{c}", time_ms(lambda: at.t().contiguous()), 8 * r * c, "-",
+             "PyTorch, for reference")
+        del at
     del a, o
 
     # ---- cuda-03 / 04: reductions --------------------------------------------------------
@@ -198,6 +217,10 @@ def main() -> int:
     two_pass_max()
     ok = float(out[0]) == float(x.max())
     b.bw("cuda-04", "reduce_max x2 passes", "2^28", time_ms(two_pass_max), 4 * n, "exact" if ok else "WRONG")
+    if torch_mod():
+        xt = as_torch(x)
+        b.bw("cuda-03", "torch.sum", "2^28", time_ms(lambda: xt.sum()), 4 * n, "-", "PyTorch, for reference")
+        del xt
     del x
 
     # ---- cuda-05: scan (three levels of block_scan + propagate) ---------------------------
@@ -231,6 +254,11 @@ def main() -> int:
     ok = bool(cp.array_equal(yi, cp.cumsum(xi, dtype=cp.int64).astype(i32)))
     b.bw("cuda-05", "scan (3 kernels/level)", "2^28 int32", time_ms(scan_all), 8 * n, "exact" if ok else "WRONG",
          "minimum bytes 8n; this pipeline moves 16n")
+    if torch_mod():
+        xt = as_torch(xi)
+        b.bw("cuda-05", "torch.cumsum (CUB)", "2^28 int32", time_ms(lambda: xt.cumsum(0, dtype=torch_mod().int32)),
+             8 * n, "-", "PyTorch, for reference")
+        del xt
     del xi, yi, levels
 
     # ---- cuda-06: histogram --------------------------------------------------------------
@@ -263,6 +291,11 @@ def main() -> int:
     ref /= ref.sum(axis=1, keepdims=True)
     b.bw("cuda-07", "softmax_rows", f"{rows_}x{cols_}", time_ms(launch), 8 * rows_ * cols_,
          f"rel={rel_err(ys[:256], ref):.1e}", "bytes = read + write once (2nd read hits cache)")
+    if torch_mod():
+        xt = as_torch(xs)
+        b.bw("cuda-07", "torch.softmax", f"{rows_}x{cols_}", time_ms(lambda: xt.softmax(-1)), 8 * rows_ * cols_, "-",
+             "PyTorch, for reference")
+        del xt
     del xs, ys
 
     # ---- cuda-08: LayerNorm / RMSNorm ----------------------------------------------------
@@ -287,6 +320,16 @@ def main() -> int:
     ref = xr / cp.sqrt((xr * xr).mean(axis=1, keepdims=True) + 1e-5) * g
     b.bw("cuda-08", "rmsnorm_fwd", f"{rows_}x{cols_}", time_ms(launch), 8 * rows_ * cols_,
          f"rel={rel_err(yl[:256], ref):.1e}")
+    torch = torch_mod()
+    if torch:
+        xt, gt, bt = as_torch(xl), as_torch(g), as_torch(be)
+        f = torch.nn.functional
+        b.bw("cuda-08", "torch layer_norm", f"{rows_}x{cols_}", time_ms(lambda: f.layer_norm(xt, (cols_,), gt, bt, 1e-5)),
+             8 * rows_ * cols_, "-", "PyTorch, for reference")
+        if hasattr(f, "rms_norm"):
+            b.bw("cuda-08", "torch rms_norm", f"{rows_}x{cols_}", time_ms(lambda: f.rms_norm(xt, (cols_,), gt, 1e-5)),
+                 8 * rows_ * cols_, "-", "PyTorch, for reference")
+        del xt
     del xl, yl
 
     # ---- cuda-09: SGEMM vs torch.matmul (fp32, TF32 off) -----------------------------------

@@ -12,12 +12,21 @@ __global__ void reduce_sum(const float* in, float* partial, int n) {
     extern __shared__ float sdata[];
     unsigned int tid = threadIdx.x;
 
-    // Grid-stride accumulation in a register: the loads of one warp are consecutive -> coalesced.
-    float sum = 0.0f;
-    for (int i = blockIdx.x * blockDim.x + tid; i < n; i += blockDim.x * gridDim.x) {
-        sum += in[i];
+    // Grid-stride accumulation in registers: the loads of one warp are consecutive -> coalesced.
+    // Four independent loads per iteration (four accumulators): a thread keeps 4 loads in flight
+    // instead of 1, which is what it takes to cover DRAM latency at full bandwidth (Little's law:
+    // bytes in flight = bandwidth x latency; see the README). The tail goes one element at a time.
+    int stride = blockDim.x * gridDim.x;
+    int i = blockIdx.x * blockDim.x + tid;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        s0 += in[i];
+        s1 += in[i + stride];
+        s2 += in[i + 2 * stride];
+        s3 += in[i + 3 * stride];
     }
-    sdata[tid] = sum;
+    for (; i < n; i += stride) s0 += in[i];
+    sdata[tid] = (s0 + s1) + (s2 + s3);
     __syncthreads();
 
     // HINT: sequential addressing: halve the active range each step; thread tid adds the element s places above it.

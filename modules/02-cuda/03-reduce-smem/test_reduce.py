@@ -3,8 +3,9 @@
 Reference: the float64 sum of the same float32 inputs. Tolerance: in a summation tree of depth D
 (every input goes through at most D fp32 additions) the rounding error is bounded by
 gamma_D * sum|x_i| with gamma_D ~= D * u, u = 2^-24 (Higham, "Accuracy and Stability of Numerical
-Algorithms", 2nd ed., section 4.2). Here D = (grid-stride loop length) + log2(T) in pass 1, plus
-ceil(G / T) + log2(T) in pass 2; we allow 2 * D * u * sum|x|. That is tight enough that dropping or
+Algorithms", 2nd ed., section 4.2). Here D = (grid-stride loop length) + 2 (the four
+accumulators combined) + log2(T) in pass 1, plus ceil(G / T) + 2 + log2(T) in pass 2; we allow
+2 * D * u * sum|x|. That is tight enough that dropping or
 double-counting any single input (|x| ~ 1) fails.
 Partial sums and the result are poisoned with NaN before the launches.
 """
@@ -30,7 +31,7 @@ def _two_pass(mod, x, block, grid):
 
 def _tolerance(x, block, grid):
     n = x.size
-    depth = math.ceil(n / (grid * block)) + 2 * int(math.log2(block)) + math.ceil(grid / block)
+    depth = math.ceil(n / (grid * block)) + 2 + 2 * int(math.log2(block)) + math.ceil(grid / block) + 2
     return 2 * depth * U * float(np.abs(x.astype(np.float64)).sum()) + 1e-30
 
 

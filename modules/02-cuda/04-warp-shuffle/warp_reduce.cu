@@ -46,8 +46,18 @@ __global__ void reduce_sum_atomic(const float* x, float* out, int n) {
 
     // Lanes past the end add 0 and stay: a lane that returned early would be missing from
     // the FULL_MASK shuffles below (undefined behaviour on Volta and later).
-    float v = 0.0f;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) v += x[i];
+    // Four independent loads per iteration keep enough bytes in flight (cuda-03's README).
+    int stride = blockDim.x * gridDim.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v0 = 0.0f, v1 = 0.0f, v2 = 0.0f, v3 = 0.0f;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        v0 += x[i];
+        v1 += x[i + stride];
+        v2 += x[i + 2 * stride];
+        v3 += x[i + 3 * stride];
+    }
+    for (; i < n; i += stride) v0 += x[i];
+    float v = (v0 + v1) + (v2 + v3);
 
     v = warp_reduce_sum(v);
     if (lane == 0) warp_sums[warp] = v;
@@ -66,8 +76,17 @@ __global__ void reduce_max(const float* x, float* partial, int n) {
     int warp = threadIdx.x / 32;
     int nwarps = blockDim.x / 32;
 
-    float v = neg_inf();
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) v = fmaxf(v, x[i]);
+    int stride = blockDim.x * gridDim.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v0 = neg_inf(), v1 = neg_inf(), v2 = neg_inf(), v3 = neg_inf();
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        v0 = fmaxf(v0, x[i]);
+        v1 = fmaxf(v1, x[i + stride]);
+        v2 = fmaxf(v2, x[i + 2 * stride]);
+        v3 = fmaxf(v3, x[i + 3 * stride]);
+    }
+    for (; i < n; i += stride) v0 = fmaxf(v0, x[i]);
+    float v = fmaxf(fmaxf(v0, v1), fmaxf(v2, v3));
 
     v = warp_reduce_max(v);
     if (lane == 0) warp_max[warp] = v;

@@ -16,10 +16,19 @@ __global__ void histogram(const int* data, int n, unsigned int* bins, int nbins)
     __syncthreads();  // no thread may count into a bin another thread has not zeroed yet
 
     // Phase 2: count. Several threads of the block may hit the same bin in the same cycle,
-    // so the increment must be atomic (a read-modify-write on shared memory).
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
-        atomicAdd(&hist[data[i]], 1u);
+    // so the increment must be atomic (a read-modify-write on shared memory). Grid-stride, four
+    // elements per iteration: the four loads are issued before the atomics, so they are in flight
+    // together (the compiler does not move a load across an atomic on its own).
+    int stride = blockDim.x * gridDim.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        int v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = data[i + u * stride];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) atomicAdd(&hist[v[u]], 1u);
     }
+    for (; i < n; i += stride) atomicAdd(&hist[data[i]], 1u);  // the tail, one at a time
     __syncthreads();  // the private histogram is complete only when every thread is done
 
     // Phase 3: merge. Other blocks add to the same global bins concurrently -> atomic.

@@ -52,7 +52,7 @@ def test_checked_mode(lesson):
     and a missing barrier after zeroing all show up here; plus fwd / rev / random order and ASan."""
     mod = cuda.load(lesson.path("histogram.cu"))
     rng = np.random.default_rng(603)
-    nbins, n, block, grid = 37, 500, 64, 3
+    nbins, n, block, grid = 37, 1100, 64, 2  # 4 * 128 < n: the batched loop and the tail both run
     data = np.where(rng.random(n) < 0.5, 5, rng.integers(0, nbins, n)).astype(np.int32)
     start = rng.integers(0, 1000, nbins).astype(np.uint32)
     res = cuda.check(mod.histogram, (grid, block, nbins * 4), (data, n, start.copy(), nbins))

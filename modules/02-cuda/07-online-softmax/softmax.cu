@@ -32,10 +32,16 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
     // BEGIN SOLUTION
     float m = neg_inf();  // running max of the elements this lane has seen
     float d = 0.0f;       // running sum of exp(x_j - m) over those elements
-    for (int j = lane; j < cols; j += 32) {  // lane-strided: a warp reads 128 contiguous bytes
-        float v = xr[j];
-        float m_new = fmaxf(m, v);
-        d = d * rescale(m, m_new) + rescale(v, m_new);
+    // Lane-strided (a warp reads 128 contiguous bytes per load), four elements per iteration: the
+    // four loads are issued back to back, so each lane keeps four loads in flight. Elements past
+    // the end read as -inf, which rescale() turns into a contribution of exactly 0.
+    for (int j = lane; j < cols; j += 128) {
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : neg_inf();
+        float m_new = fmaxf(fmaxf(m, fmaxf(v[0], v[1])), fmaxf(v[2], v[3]));
+        d = d * rescale(m, m_new) + rescale(v[0], m_new) + rescale(v[1], m_new) + rescale(v[2], m_new) +
+            rescale(v[3], m_new);
         m = m_new;
     }
 
@@ -49,9 +55,15 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
         m = m_new;
     }
 
+    // Second pass: the row is read again (from L1/L2 when it is short enough), four loads in flight.
     float inv_d = 1.0f / d;
-    for (int j = lane; j < cols; j += 32) {
-        yr[j] = expf(xr[j] - m) * inv_d;
+    for (int j = lane; j < cols; j += 128) {
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (j + 32 * u < cols) yr[j + 32 * u] = expf(v[u] - m) * inv_d;
     }
     // END SOLUTION
 }

@@ -55,13 +55,22 @@ __global__ void layernorm_fwd(const float* x, const float* gamma, const float* b
     // BEGIN SOLUTION
     // Per-thread Welford: after k values, mean is their mean and m2 the sum of squared
     // deviations, both updated with small numbers (x - mean), never with x^2.
+    // Four elements per iteration (block-strided, so every warp load is coalesced): the four loads
+    // are issued back to back and stay in flight together.
     Welford w = {0.0f, 0.0f, 0.0f};
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        float v = xr[j];
-        w.n += 1.0f;
-        float delta = v - w.mean;
-        w.mean += delta / w.n;
-        w.m2 += delta * (v - w.mean);  // uses the OLD and the NEW mean: exact in real arithmetic
+    for (int j0 = threadIdx.x; j0 < cols; j0 += 4 * blockDim.x) {
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            if (j0 + u * blockDim.x < cols) {
+                w.n += 1.0f;
+                float delta = v[u] - w.mean;
+                w.mean += delta / w.n;
+                w.m2 += delta * (v[u] - w.mean);  // (x - old mean) * (x - new mean): exact in real arithmetic
+            }
+        }
     }
 
     w = warp_welford(w);
@@ -82,8 +91,15 @@ __global__ void layernorm_fwd(const float* x, const float* gamma, const float* b
     __syncthreads();  // everyone needs s_mean / s_rstd
 
     float mu = s_mean, rs = s_rstd;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
+    for (int j0 = threadIdx.x; j0 < cols; j0 += 4 * blockDim.x) {  // same batching as above
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            int j = j0 + u * blockDim.x;
+            if (j < cols) yr[j] = (v[u] - mu) * rs * gamma[j] + beta[j];
+        }
     }
     // END SOLUTION
 }
@@ -104,7 +120,12 @@ __global__ void rmsnorm_fwd(const float* x, const float* gamma, float* y, int ro
     // HINT: only a sum of squares is needed: no mean, so no cancellation problem.
     // BEGIN SOLUTION
     float ss = 0.0f;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) ss += xr[j] * xr[j];
+    for (int j0 = threadIdx.x; j0 < cols; j0 += 4 * blockDim.x) {  // four loads in flight per thread
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
+        ss += (v[0] * v[0] + v[1] * v[1]) + (v[2] * v[2] + v[3] * v[3]);
+    }
     ss = warp_sum(ss);
     if (lane == 0) warp_sums[warp] = ss;
     __syncthreads();
@@ -114,6 +135,15 @@ __global__ void rmsnorm_fwd(const float* x, const float* gamma, float* y, int ro
     }
     __syncthreads();
     float sc = s_scale;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = xr[j] * sc * gamma[j];
+    for (int j0 = threadIdx.x; j0 < cols; j0 += 4 * blockDim.x) {
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            int j = j0 + u * blockDim.x;
+            if (j < cols) yr[j] = v[u] * sc * gamma[j];
+        }
+    }
     // END SOLUTION
 }
