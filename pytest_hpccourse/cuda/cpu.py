@@ -110,6 +110,7 @@ def _flags(variant: str) -> tuple[list[str], list[str]]:
     opt = os.environ.get("HPCCOURSE_CUDA_OPT", "-O1")
     common = ["-std=gnu++17", opt, "-g", "-fno-omit-frame-pointer", "-fno-threadsafe-statics", "-fno-strict-aliasing",
               "-w", "-fdiagnostics-color=never", "-I", str(INCLUDE)]
+    common += os.environ.get("HPCCOURSE_CUDA_CXXFLAGS", "").split()
     link = ["-lm"]
     if platform.system() == "Linux":
         common.append("-fno-pie")
