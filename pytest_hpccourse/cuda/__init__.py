@@ -247,6 +247,7 @@ class Kernel:
         m = self.module
         text = m._text_params(self.spec)
         if m.backend == "gpu" and build in (None, "gpu"):
+            m._need(self.spec, "gpu")
             return merge_params(text, None)
         m._need(self.spec, build or m.variant)
         b = m._build(build or m.variant)

@@ -55,10 +55,13 @@ def compiler() -> str:
 
 def supported_platform() -> tuple[bool, str]:
     """(ok, why-not). Linux on x86-64 is the tested platform; Linux on arm64 uses ucontext fibers."""
-    system, machine = platform.system(), platform.machine().lower()
+    system = platform.system()
     if system == "Windows":
-        return False, ("the CUDA emulator needs a POSIX system (fibers, fork/exec, signals); on Windows use WSL2, "
+        return False, ("the CUDA emulator needs Linux (fibers, signals, ELF symbolisation); on Windows use WSL2, "
                        "or a machine with an NVIDIA GPU and CuPy")
+    if system != "Linux":
+        return False, (f"the CUDA emulator runs on Linux (x86-64 tested, arm64 with ucontext fibers); on {system} "
+                       "use a Linux container (docker run -v $PWD:/w python:3.12) or a machine with an NVIDIA GPU")
     return True, ""
 
 

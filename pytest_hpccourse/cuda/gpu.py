@@ -33,6 +33,20 @@ def available() -> bool:
         return False
 
 
+@functools.cache
+def _cuda_include() -> str | None:
+    """The CUDA toolkit's include folder (for <mma.h> and friends), when there is one."""
+    cands = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    cands.append("/usr/local/cuda")
+    for c in cands:
+        if c and os.path.isfile(os.path.join(c, "include", "mma.h")):
+            return os.path.join(c, "include")
+    return None
+
+
 def arch() -> str:
     import cupy  # type: ignore[import-not-found]
 
@@ -44,9 +58,6 @@ def arch() -> str:
 _PRELUDE = r"""
 #ifndef HPCCOURSE_NVRTC_PRELUDE
 #define HPCCOURSE_NVRTC_PRELUDE 1
-typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t; typedef unsigned short uint16_t;
-typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; typedef unsigned long long uint64_t;
-typedef unsigned long long uintptr_t; typedef long long intptr_t;
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
@@ -79,18 +90,38 @@ extern "C" __device__ void __assertfail(const char*, const char*, unsigned, cons
 """
 
 
+_INT_TYPES = """
+typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t; typedef unsigned short uint16_t;
+typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; typedef unsigned long long uint64_t;
+typedef unsigned long long uintptr_t; typedef long long intptr_t;
+"""
+
+
 class GpuModule:
     def __init__(self, path: Path, text: str, names: list[str], defines: dict[str, str], flags: tuple[str, ...]):
         import cupy  # type: ignore[import-not-found]
 
         self.path = path
-        code = _PRELUDE + f'#line 1 "{path}"\n' + src.strip_host_includes_for_nvrtc(text)
+        stripped = src.strip_host_includes_for_nvrtc(text)
+        prelude = ""
+        if stripped != text:
+            prelude = _PRELUDE
+            if re.search(r"#\s*include\s*<(cstdint|stdint\.h)>", text):
+                prelude = _INT_TYPES + prelude
+        code = prelude + f'#line 1 "{path}"\n' + stripped
         opts = ["-std=c++17", f"-I{path.parent}"]
+        inc = _cuda_include()
+        if inc:
+            opts.append(f"-I{inc}")
         opts += [f"-D{k}={v}" if v is not None else f"-D{k}" for k, v in sorted(defines.items())]
         opts += list(flags)
         try:
             self.raw = cupy.RawModule(code=code, options=tuple(opts), name_expressions=tuple(names) or None)
-            self.raw.compile()
+            if hasattr(self.raw, "compile"):
+                self.raw.compile()
+            else:
+                for n in names[:1]:
+                    self.raw.get_function(n)
         except Exception as e:  # cupy.cuda.compiler.CompileException
             log = e.get_message() if hasattr(e, "get_message") else str(e)
             m = None

@@ -257,3 +257,39 @@ def test_main_program():
     assert r.returncode == 0
     assert "n=500 sum=125000.0" in r.stdout       # sum(i + 0.5) for i < 500
     assert "bad_launch=invalid configuration argument" in r.stdout
+
+
+def test_intrinsics_and_vector_types():
+    mod = load("intrinsics.cu")
+    n = 100
+    ab = np.stack([rng.random(n) + 0.5, rng.random(n) + 0.5], axis=1).astype(np.float32)
+    out = np.full((n, 4), np.nan, np.float32)
+    cuda.check(mod.vec_math, (1, 128), (ab, out, n))
+    a, b = ab[:, 0].astype(np.float64), ab[:, 1].astype(np.float64)
+    ref = np.stack([1 / np.sqrt(a), a / b, np.maximum(a, b), np.clip(b - 1, 0, 1)], axis=1)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+    v = rng.integers(1, 1 << 20, (n, 4)).astype(np.int32)
+    o = np.zeros((n, 2), np.int32)
+    cuda.check(mod.int_vectors, (1, 128), (v, o, n))
+    clz = np.array([32 - int(y).bit_length() for y in v[:, 1]])
+    ffs = np.array([(int(z) & -int(z)).bit_length() for z in v[:, 2]])
+    popc = np.array([bin(int(x)).count("1") for x in v[:, 0]])
+    np.testing.assert_array_equal(o[:, 0], np.minimum(v[:, 0], v[:, 1]) + np.maximum(v[:, 2], v[:, 3]))
+    np.testing.assert_array_equal(o[:, 1], popc + clz + ffs)
+
+
+def test_warp_votes_match_reduce_activemask():
+    mod = load("intrinsics.cu")
+    key = rng.integers(0, 4, 32).astype(np.int32)
+    active, match, red = np.zeros(32, np.uint32), np.zeros(32, np.uint32), np.zeros(32, np.uint32)
+    counts = np.zeros(1, np.int32)
+    cuda.check(mod.warp_misc, (1, 32), (key, active, match, red, counts))
+    assert counts[0] == (key > 2).sum()
+    for t in range(32):
+        assert match[t] == sum(1 << s for s in range(32) if key[s] == key[t])
+    assert (red == key.sum() + 1000 * key.max()).all()
+    assert (active[::2] == 0x55555555).all() and (active[1::2] == 0).all()
+    out = np.zeros(1, np.int32)
+    cuda.check(mod.device_global, (2, 32), (out,))
+    assert out[0] == 42
