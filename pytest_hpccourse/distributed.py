@@ -421,12 +421,13 @@ def _outcome(ref: Any, rank: int, n: int) -> tuple[str, Any]:
     try:
         return ray.get(ref)
     except RayError as e:  # the actor process died (crash, os._exit, out of memory, ...)
-        return "err", (time.time(), f"rank {rank} died:\n{e}")
+        # When it died is unknown; a crash is the likeliest root cause, so it sorts first.
+        return "err", (float("-inf"), f"rank {rank} died:\n{e}")
 
 
 def _root_cause(rank: int, payload: tuple[float, str], pending: dict, n: int) -> RankError:
     """When one rank fails, its peers often fail right after (their collective lost a member).
-    Give them a moment to report and blame the rank that failed first."""
+    Give them a moment to report and blame the rank that died, else the one that raised first."""
     import ray
 
     failures = {rank: payload}
@@ -485,7 +486,8 @@ def ray_session(num_cpus: int | None = None) -> RaySession:
         else:
             cpus = num_cpus or int(os.environ.get("HPCCOURSE_RAY_CPUS", 0)) or _machine_cpus()
             temp_dir = tempfile.mkdtemp(prefix="hpcray-")  # short: Ray's socket paths are capped
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+            # address="local": never attach to some other cluster recorded on this machine
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
                      _temp_dir=temp_dir, object_store_memory=128 * 1024**2,
                      logging_level="WARNING", ignore_reinit_error=True)
             _SESSION = RaySession(owned=True, address=None, num_cpus=cpus, temp_dir=temp_dir)

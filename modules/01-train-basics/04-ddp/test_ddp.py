@@ -86,7 +86,11 @@ def train_reference(x, y):
     return [p.detach() for p in model.parameters()]
 
 
-def train_rank(rank, world_size, ddp_mod, x, y, cap):
+def train_rank(rank, world_size, ddp_mod, x, y, caps):
+    return {cap: train_with_cap(rank, world_size, ddp_mod, x, y, cap) for cap in caps}
+
+
+def train_with_cap(rank, world_size, ddp_mod, x, y, cap):
     model = make_model(seed=rank)  # different on purpose: the wrapper must broadcast rank 0's
     ddp = ddp_mod.BucketedDDP(model, bucket_cap_bytes=cap)
     probe = model[1]
@@ -116,9 +120,10 @@ def test_matches_single_process_training(lesson, ray_cluster, world_size):
     want = train_reference(x, y)
     n_params = len(want)
     # float64 bytes of (w1, b1, w2, b2, w3, b3) = 728, 104, 1144, 88, 264, 24
-    for cap in [400, 1, 10**9]:
-        results = run_ranks(train_rank, world_size, ddp_mod, x, y, cap, timeout=60)
-        for rank, res in enumerate(results):
+    caps = [400, 1, 10**9]
+    per_rank = run_ranks(train_rank, world_size, ddp_mod, x, y, caps, timeout=60)
+    for cap in caps:
+        for rank, res in enumerate(r[cap] for r in per_rank):
             for got, ref in zip(res["params"], want):
                 # sums of 2-3 float64 gradients in another order: ~1e-16 relative per step
                 torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12,
