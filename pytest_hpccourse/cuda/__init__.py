@@ -129,8 +129,10 @@ class Module:
         self._templates: list[str] = [_norm_spec(t) for t in templates]
         self._builds: dict[tuple, cpu.Build] = {}
         self._gpu: dict[tuple, gpu.GpuModule] = {}
+        self.has_main = _source.has_main(self.text)
         if self.backend == "gpu":
-            self._gpu_module()
+            if not self.has_main:      # NVRTC compiles device code only: a file with main() runs via nvcc
+                self._gpu_module()
         else:
             self._build(self.variant)
 
@@ -145,6 +147,11 @@ class Module:
         return b
 
     def _gpu_module(self) -> gpu.GpuModule:
+        if self.has_main:
+            raise CudaUnsupportedError(
+                f"{self.path.name} has host code (a main()): on the GPU run it with mod.main(); NVRTC compiles "
+                f"device code only, so launch its kernels from Python with backend='cpu' or move them to their "
+                f"own file", kind="platform")
         key = tuple(self._templates)
         m = self._gpu.get(key)
         if m is None:
@@ -416,13 +423,20 @@ def check(kernel: Kernel, launch: tuple, args: Sequence[Any], *, orders: Sequenc
     variants: list[tuple[str, str | None, str]] = []   # (build, order, label)
     if m.backend == "gpu":
         variants.append(("gpu", None, "GPU"))
-    if m.backend == "cpu" or emulator_available():
+    emu_too = os.environ.get("HPCCOURSE_CUDA_CHECK_EMULATOR", "1").lower() not in ("0", "no", "off", "false")
+    if m.backend == "cpu" or (emu_too and emulator_available()):
         for o in orders:
             variants.append(("fast", o, f"emulator ({o} order)" if o != "rand" else f"emulator (random order, seed {seed})"))
         if race or banks:
             variants.append(("race", "fwd", "race-checked emulator build"))
         if asan:
-            variants.append(("asan", "fwd", "AddressSanitizer emulator build"))
+            if cpu.asan_available():
+                variants.append(("asan", "fwd", "AddressSanitizer emulator build"))
+            else:
+                import warnings
+
+                warnings.warn(f"{cpu.compiler()} cannot build AddressSanitizer programs here: the ASan variant of "
+                              f"cuda.check() is skipped (the race build still checks bounds)", stacklevel=2)
     if not variants:
         variants.append(("fast", "fwd", "emulator"))
     params = kernel.params("gpu" if m.backend == "gpu" else "fast")

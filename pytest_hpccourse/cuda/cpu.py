@@ -74,6 +74,17 @@ def toolchain_id() -> str:
     return (out.splitlines() or ["?"])[0] + "|" + platform.machine()
 
 
+def _is_clang() -> bool:
+    return "clang" in toolchain_id().lower()
+
+
+def _tsan_flags() -> list[str]:
+    """Compile-only flags of the race build: TSan instrumentation, no function entry/exit hooks."""
+    if _is_clang():
+        return ["-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0"]
+    return ["-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0"]
+
+
 @functools.cache
 def _sources_hash() -> str:
     h = hashlib.sha256()
@@ -108,13 +119,50 @@ def _locked(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@functools.cache
+def _rpath_flags() -> tuple[str, ...]:
+    """Run-time paths of the compiler's own libstdc++/libasan (a compiler outside /usr, e.g. /opt/gcc,
+    links against libraries the dynamic loader would not find, or would find older)."""
+    out = []
+    for lib in ("libstdc++.so", "libasan.so"):
+        try:
+            r = subprocess.run([compiler(), f"-print-file-name={lib}"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        p = r.stdout.strip()
+        if os.path.isabs(p) and os.path.exists(p):
+            d = os.path.dirname(os.path.realpath(p))
+            if not d.startswith(("/usr/", "/lib")) and f"-Wl,-rpath,{d}" not in out:
+                out.append(f"-Wl,-rpath,{d}")
+    return tuple(out)
+
+
+@functools.cache
+def asan_available() -> bool:
+    """Whether this compiler can build and run an AddressSanitizer program."""
+    with tempfile.TemporaryDirectory(prefix="hpccuda-asan-") as d:
+        c = os.path.join(d, "t.cpp")
+        with open(c, "w") as fh:
+            fh.write("#include <cstdlib>\nint main() { char* p = (char*)malloc(4); p[0] = 1; free(p); return 0; }\n")
+        exe = os.path.join(d, "t")
+        try:
+            r = subprocess.run([compiler(), "-fsanitize=address", c, "-o", exe, *_rpath_flags()], capture_output=True,
+                               timeout=120)
+            if r.returncode:
+                return False
+            return subprocess.run([exe], capture_output=True, timeout=60,
+                                  env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0")).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            return False
+
+
 def _flags(variant: str) -> tuple[list[str], list[str]]:
     """(compile flags, link flags) of a variant."""
     opt = os.environ.get("HPCCOURSE_CUDA_OPT", "-O1")
     common = ["-std=gnu++17", opt, "-g", "-fno-omit-frame-pointer", "-fno-threadsafe-statics", "-fno-strict-aliasing",
               "-w", "-fdiagnostics-color=never", "-I", str(INCLUDE)]
     common += os.environ.get("HPCCOURSE_CUDA_CXXFLAGS", "").split()
-    link = ["-lm"]
+    link = ["-lm", *_rpath_flags()]
     if platform.system() == "Linux":
         common.append("-fno-pie")
         link.append("-no-pie")
@@ -328,8 +376,7 @@ def _compile(path, text, includes, variant, table, main, defines, cflags, lflags
            "-iquote", str(path.parent), "-I", str(path.parent), str(tu), str(rt), "-o", str(tmp_exe), *lflags]
     if variant == "race":
         # instrument the kernel TU only; the runtime object provides the __tsan_* hooks
-        cmd = [compiler(), *cflags, *dflags, *flags, "-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0",
-               "-Dmain=hpc_user_main", "-include", "hpccourse_cuda.h", "-iquote", str(path.parent), "-I",
+        cmd = [compiler(), *cflags, *dflags, *flags, *_tsan_flags(), "-Dmain=hpc_user_main", "-include", "hpccourse_cuda.h", "-iquote", str(path.parent), "-I",
                str(path.parent), "-c", str(tu), "-o", str(bdir / "tu.o")]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)

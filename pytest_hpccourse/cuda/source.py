@@ -515,6 +515,9 @@ def rewrite_for_emulator(text: str) -> str:
         if not pieces:
             continue
         _replace_keep_lines(edits, text, b, e + 1, " ".join(pieces))
+    # CUDA's __noinline__ (a macro would break libstdc++ 13+, which spells __attribute__((__noinline__)))
+    for m in re.finditer(r"\b__noinline__\b", code):
+        edits.append((m.start(), m.end(), "__attribute__((noinline))"))
     # <<< >>> launches
     for m in re.finditer(r"<<<", code):
         close = code.find(">>>", m.end())

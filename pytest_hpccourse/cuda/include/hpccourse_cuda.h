@@ -41,7 +41,7 @@
 #define __constant__
 #define __managed__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
+// `__noinline__` is rewritten by source.py (libstdc++ 13+ spells `__attribute__((__noinline__))`).
 #define __inline_hint__ inline
 #define __restrict__ __restrict
 #define __launch_bounds__(...)

@@ -4,6 +4,12 @@
 // Compiled once per build variant (fast / checked / asan) and linked with a learner's
 // translation unit. Single OS thread: blocks run one after the other, the threads of a block
 // run as fibers that switch only at synchronisation points (cooperative scheduling).
+// the C++ library first: the emulation header's macros must not reach its headers
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
 #include "hpccourse_cuda.h"
 
 #include <dlfcn.h>
@@ -17,11 +23,6 @@
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-#include <algorithm>
-#include <string>
-#include <unordered_map>
-#include <vector>
 
 #ifdef HPCCOURSE_ASAN
 #include <sanitizer/asan_interface.h>
@@ -1377,6 +1378,46 @@ void __tsan_vptr_update(void**, void*) {}
 void __tsan_vptr_read(void**) {}
 void __tsan_atomic_thread_fence(int) {}
 void __tsan_atomic_signal_fence(int) {}
+void* __tsan_memcpy(void* d, const void* s, unsigned long n) {
+    hook(s, n, 0, __builtin_return_address(0));
+    hook(d, n, 1, __builtin_return_address(0));
+    return memcpy(d, s, n);
+}
+void* __tsan_memmove(void* d, const void* s, unsigned long n) {
+    hook(s, n, 0, __builtin_return_address(0));
+    hook(d, n, 1, __builtin_return_address(0));
+    return memmove(d, s, n);
+}
+void* __tsan_memset(void* d, int c, unsigned long n) {
+    hook(d, n, 1, __builtin_return_address(0));
+    return memset(d, c, n);
+}
+// atomics (std::atomic / __atomic builtins in a kernel): one OS thread, so plain operations
+#define HPC_TSAN_ATOMIC(N, T)                                                                               \
+    T __tsan_atomic##N##_load(const volatile T* a, int) { hook((const void*)a, sizeof(T), 0, __builtin_return_address(0)); return *a; } \
+    void __tsan_atomic##N##_store(volatile T* a, T v, int) { hook((void*)a, sizeof(T), 2, __builtin_return_address(0)); *a = v; } \
+    T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { hook((void*)a, sizeof(T), 2, __builtin_return_address(0)); T o = *a; *a = v; return o; } \
+    T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { hook((void*)a, sizeof(T), 2, __builtin_return_address(0)); T o = *a; *a = o + v; return o; } \
+    T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { hook((void*)a, sizeof(T), 2, __builtin_return_address(0)); T o = *a; *a = o - v; return o; } \
+    T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { hook((void*)a, sizeof(T), 2, __builtin_return_address(0)); T o = *a; *a = o & v; return o; } \
+    T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { hook((void*)a, sizeof(T), 2, __builtin_return_address(0)); T o = *a; *a = o | v; return o; } \
+    T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { hook((void*)a, sizeof(T), 2, __builtin_return_address(0)); T o = *a; *a = o ^ v; return o; } \
+    T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) { hook((void*)a, sizeof(T), 2, __builtin_return_address(0)); T o = *a; *a = ~(o & v); return o; } \
+    int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {                 \
+        hook((void*)a, sizeof(T), 2, __builtin_return_address(0));                                       \
+        if (*a == *c) { *a = v; return 1; }                                                              \
+        *c = *a; return 0; }                                                                             \
+    int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {                   \
+        hook((void*)a, sizeof(T), 2, __builtin_return_address(0));                                       \
+        if (*a == *c) { *a = v; return 1; }                                                              \
+        *c = *a; return 0; }                                                                             \
+    T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {                       \
+        hook((void*)a, sizeof(T), 2, __builtin_return_address(0));                                       \
+        T o = *a; if (o == c) *a = v; return o; }
+HPC_TSAN_ATOMIC(8, unsigned char)
+HPC_TSAN_ATOMIC(16, unsigned short)
+HPC_TSAN_ATOMIC(32, unsigned int)
+HPC_TSAN_ATOMIC(64, unsigned long long)
 }
 #endif
 
