@@ -71,6 +71,7 @@ class RankError(RuntimeError):
         self.world_size = world_size
         self.what = what  # "raised" | "timed out" | "died"
         self.detail = detail
+        self.ranks_clean = False  # every rank returned normally or raised: its actors are reusable
         super().__init__(f"rank {rank} of {world_size} {what}:\n{detail.rstrip()}")
 
 
@@ -357,8 +358,9 @@ class RaySession:
                 refs = [a.run_ranks.remote(blob, r, world_size, f"tcp://{host}:{port}", backend,
                                            timeout, call_id) for r, a in enumerate(actors)]
                 return _gather(refs, actors, timeout)
-            except BaseException:
-                self._discard(actors)  # ranks may be stuck in a collective: never reuse them
+            except BaseException as e:
+                if not getattr(e, "ranks_clean", False):
+                    self._discard(actors)  # ranks may be stuck in a collective: never reuse them
                 raise
 
     def run_actors(self, fn: Callable[..., Any], world_size: int, *args: Any,
@@ -374,8 +376,9 @@ class RaySession:
                 refs = [a.run_actors.remote(blob, r, world_size, actors, timeout, call_id)
                         for r, a in enumerate(actors)]
                 return _gather(refs, actors, timeout)
-            except BaseException:
-                self._discard(actors)
+            except BaseException as e:
+                if not getattr(e, "ranks_clean", False):
+                    self._discard(actors)  # a rank may still be blocked in recv
                 raise
 
 
@@ -442,7 +445,11 @@ def _root_cause(rank: int, payload: tuple[float, str], pending: dict, n: int) ->
     if also:
         detail += f"\n(ranks {also} failed after it)"
     what = "died" if detail.startswith(f"rank {first} died") else "raised"
-    return RankError(first, n, what, detail)
+    err = RankError(first, n, what, detail)
+    # All ranks are back and none died: each tore its group down in `finally`, nobody is stuck.
+    err.ranks_clean = len(ready) == len(pending) and all(
+        not failures[r][1].startswith(f"rank {r} died") for r in failures)
+    return err
 
 
 def _hang_error(hung: list[int], actors: list, timeout: float) -> RankError:

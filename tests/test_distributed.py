@@ -60,6 +60,14 @@ def _exit_on(rank, world_size, bad):
     return rank
 
 
+def _pid(rank, world_size):
+    return os.getpid()
+
+
+def _raise_everywhere(rank, world_size):
+    raise KeyError(f"rank {rank}")
+
+
 def _group_state(rank, world_size):
     import torch.distributed as dist
 
@@ -128,6 +136,18 @@ def test_failed_call_does_not_poison_later_calls(ray_cluster):
         run_ranks(_raise_on, 2, 0, timeout=30)
     out = run_ranks(_identify, 2, 1.0)
     assert [o[4] for o in out] == [3.0, 3.0]
+
+
+def test_actors_are_reused_unless_a_rank_may_be_stuck(ray_cluster):
+    pids = run_ranks(_pid, 2)
+    assert run_ranks(_pid, 2) == pids  # pooled
+    with pytest.raises(RankError) as info:
+        run_ranks(_raise_everywhere, 2, timeout=30)
+    assert info.value.rank == 0 and info.value.ranks_clean
+    assert run_ranks(_pid, 2) == pids  # every rank came back: same healthy actors
+    with pytest.raises(RankError):
+        run_ranks(_sleep_on, 2, 0, timeout=2)
+    assert set(run_ranks(_pid, 2)).isdisjoint(pids)  # a hung rank: its actors were replaced
 
 
 def test_group_is_destroyed_after_each_call(ray_cluster):
