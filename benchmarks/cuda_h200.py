@@ -196,7 +196,7 @@ def main() -> int:
 
     two_pass()
     err = abs(float(out[0]) - want) / float(cp.abs(x).sum())
-    b.bw("cuda-03", "reduce_sum x2 passes", "2^28", time_ms(two_pass), 4 * n, f"err/sum|x|={err:.1e}")
+    b.bw("cuda-03", "reduce_sum x2 passes", "2^28", time_ms(two_pass), 4 * n, f"err/sum(abs x)={err:.1e}")
 
     m = load("04-warp-shuffle/warp_reduce.cu", ["reduce_sum_atomic", "reduce_max"])
     ks, km = m.get_function("reduce_sum_atomic"), m.get_function("reduce_max")
@@ -207,7 +207,7 @@ def main() -> int:
 
     atomic_sum()
     err = abs(float(out[0]) - want) / float(cp.abs(x).sum())
-    b.bw("cuda-04", "reduce_sum_atomic", "2^28", time_ms(atomic_sum), 4 * n, f"err/sum|x|={err:.1e}",
+    b.bw("cuda-04", "reduce_sum_atomic", "2^28", time_ms(atomic_sum), 4 * n, f"err/sum(abs x)={err:.1e}",
          "includes a 4-byte memset per run")
 
     def two_pass_max():
