@@ -381,8 +381,9 @@ def _compare(ref: dict[int, np.ndarray], got: dict[int, np.ndarray], params: lis
         if only is not None and i not in only:
             continue
         g = got[i]
-        r_ = r.astype(np.float64) if r.dtype.kind == "f" else r
-        g_ = g.astype(np.float64) if g.dtype.kind == "f" else g
+        with np.errstate(invalid="ignore", over="ignore"):
+            r_ = r.astype(np.float64) if r.dtype.kind == "f" else r
+            g_ = g.astype(np.float64) if g.dtype.kind == "f" else g
         rt, at = _tolerances(r.dtype, rtol, atol, cross)
         if r.dtype.kind == "f":
             same = np.isclose(g_, r_, rtol=rt, atol=at, equal_nan=True)

@@ -142,7 +142,7 @@ def test_compile_error_names_file_and_line(tmp_path):
 
 
 @emulator
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.skipif(cpu._nvcc() is None, reason="nvcc not on PATH (or HPCCOURSE_CUDA_NVCC=0)")
 def test_nvcc_rejects_what_gxx_accepts(tmp_path):
     p = write(tmp_path, "hostcall.cu", """
         #include <cstdlib>
