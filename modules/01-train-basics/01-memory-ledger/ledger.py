@@ -57,6 +57,7 @@ def activation_bytes(shape: BlockShape, act_bytes: int, stat_bytes: int) -> int:
                 the CPU kernel keeps the input dtype).
     A tensor saved by several ops (or a view of it) is held once and counted once.
     """
+    ### HINT: walk Block.attention and Block.forward op by op: which tensor does each one save?
     ### BEGIN SOLUTION
     b, s, h, a, f = shape.b, shape.s, shape.h, shape.a, shape.f
     sbh = s * b * h

@@ -88,6 +88,7 @@ class BucketedDDP(nn.Module):
         if any(self._missing):
             raise RuntimeError("some buckets never became ready: a parameter received no gradient "
                                "(DDP would need find_unused_parameters=True)")
+        ### HINT: for each (bucket, flat, work): wait, divide by world_size, copy the slices back into .grad
         ### BEGIN SOLUTION
         for b, flat, work in self._inflight:
             work.wait()
