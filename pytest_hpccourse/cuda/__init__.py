@@ -1,4 +1,4 @@
-"""CUDA C kernels for lesson tests, on a GPU (CuPy/NVRTC) or on the CPU emulator.
+"""CUDA C kernels for lesson tests, on a GPU (CuPy/NVRTC) or on the CPU emulator (see README.md here).
 
     from pytest_hpccourse import cuda
 
@@ -8,7 +8,7 @@
     res = cuda.check(mod.block_sum, (grid, block, smem), (x, out, n))   # every order + race + ASan
 
 The backend is chosen once per process: the GPU when CuPy sees a device, else the CPU emulator;
-`HPCCOURSE_CUDA=cpu|gpu` forces one. See docs/cuda-runtime.md for the details.
+`HPCCOURSE_CUDA=cpu|gpu` forces one. README.md beside this file has the details.
 """
 
 from __future__ import annotations

@@ -173,3 +173,13 @@ def test_error_attributes_name_the_kernel_block_and_thread(bugs):
     assert err.kernel == "smem_overrun" and err.block == (0, 0, 0) and err.thread == (127, 0, 0)
     assert err.file.endswith("bugs.cu") and err.variant == "race-checked emulator build"
     assert f"bugs.cu:{err.line}" in str(err)
+
+
+def test_divergent_syncthreads(bugs):
+    x = np.ones(64, np.float32)
+    with pytest.raises(cuda.CudaDeadlockError) as e:
+        bugs.divergent_barrier[1, 64](x)
+    assert "divergent __syncthreads()" in str(e.value)
+    assert "16 threads (0..15)" in str(e.value) and "48 threads (16..63)" in str(e.value)
+    assert e.value.line in (line_of("__syncthreads();", after="divergent_barrier"),
+                            line_of("__syncthreads();", after="x[threadIdx.x] += 1.0f"))

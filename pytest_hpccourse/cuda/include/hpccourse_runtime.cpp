@@ -817,7 +817,69 @@ void init_fiber(Fiber* f, int linear) {
 #endif
 }
 
+// Threads of a block waiting at different __syncthreads() calls: undefined in CUDA (the guide allows
+// __syncthreads() in conditional code only when the condition is uniform across the block).
+bool barrier_diverged() {
+    const Fiber* first = nullptr;
+    for (int i = 0; i < g_nthreads; i++) {
+        const Fiber* g = &g_fibers[i];
+        if (g->state != F_BARRIER) continue;
+        if (!first) first = g;
+        else if (g->wline != first->wline || g->wfile != first->wfile) return true;
+    }
+    return false;
+}
+
+void report_barrier_divergence() {
+    Report* r = nullptr;
+    std::string s;
+    const Fiber* first = nullptr;
+    for (int i = 0; i < g_nthreads; i++) {
+        const Fiber* g = &g_fibers[i];
+        if (g->state != F_BARRIER) continue;
+        if (!first) {
+            first = g;
+            r = add_report("deadlock", 0, 0, g->wfile, g->wline);
+        }
+    }
+    if (!r) return;
+    // list each call site with its thread range
+    std::vector<std::pair<const char*, int>> sites;
+    for (int i = 0; i < g_nthreads; i++) {
+        const Fiber* g = &g_fibers[i];
+        if (g->state != F_BARRIER) continue;
+        bool seen = false;
+        for (auto& st : sites) seen |= st.first == g->wfile && st.second == g->wline;
+        if (!seen) sites.push_back({g->wfile, g->wline});
+    }
+    for (auto& st : sites) {
+        int lo = -1, hi = -1, count = 0;
+        for (int i = 0; i < g_nthreads; i++) {
+            const Fiber* g = &g_fibers[i];
+            if (g->state == F_BARRIER && g->wfile == st.first && g->wline == st.second) {
+                if (lo < 0) lo = i;
+                hi = i;
+                count++;
+            }
+        }
+        const char* slash = st.first ? strrchr(st.first, '/') : nullptr;
+        char t[256];
+        snprintf(t, sizeof t, " %d threads (%d..%d) wait at the __syncthreads() of %s:%d;", count, lo, hi,
+                 slash ? slash + 1 : (st.first ? st.first : "?"), st.second);
+        if (s.size() < 700) s += t;
+    }
+    snprintf(r->msg, sizeof r->msg,
+             "divergent __syncthreads() in kernel {k}, block (%u,%u,%u):%s a barrier inside a branch that not all "
+             "threads of the block take is undefined behaviour (it hangs or mis-synchronises on a GPU)",
+             g_blockIdx.x, g_blockIdx.y, g_blockIdx.z, s.c_str());
+    r->has_thread = 0;
+}
+
 void release_barrier() {
+    if (barrier_diverged()) {
+        report_barrier_divergence();
+        g_abort = true;
+    }
     int count = 0, n = 0;
     for (int i = 0; i < g_nthreads; i++) {
         Fiber* g = &g_fibers[i];
@@ -1128,6 +1190,7 @@ void syncthreads(const char* file, int line) {
     f->what = "__syncthreads()";
     g_bar_count++;
     if (g_bar_count == g_live) release_barrier();
+    if (g_abort) fatal_in_fiber();
     block_here(f);
 }
 

@@ -130,3 +130,14 @@ __global__ void dyn_smem_too_small(const float* x, float* y, int n) {
 __global__ void divide(const int* a, int* b, int d) {
     b[threadIdx.x] = a[threadIdx.x] / d;
 }
+
+// __syncthreads() in a branch that splits the block: two different barriers
+__global__ void divergent_barrier(float* x) {
+    if (threadIdx.x < 16) {
+        x[threadIdx.x] *= 2.0f;
+        __syncthreads();
+    } else {
+        x[threadIdx.x] += 1.0f;
+        __syncthreads();
+    }
+}
