@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from conftest import QUESTIONS, write_lesson
+from lesson_factory import QUESTIONS, write_lesson
 
 from pytest_hpccourse import cli
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUESTIONS, write_lesson
+from lesson_factory import QUESTIONS, write_lesson
 
 from pytest_hpccourse import manifest
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ANSWERS, QUESTIONS, TEST, write_lesson
+from lesson_factory import ANSWERS, QUESTIONS, TEST, write_lesson
 
 pytest_plugins = ("pytester",)
 
