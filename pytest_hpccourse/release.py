@@ -13,6 +13,7 @@ The source tree is never written to.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tomllib
@@ -220,8 +221,22 @@ def _copy_template(template: Path, out: Path, gpu_runner: bool) -> None:
         readme.write_text(text, encoding="utf-8")
 
 
+def pin_plugin(pyproject: Path, url: str) -> int:
+    """Point the `pytest-hpccourse` requirements of `pyproject` at `url` (PEP 508 direct reference).
+
+    The package is not on PyPI: a Classroom runner installs it from the course repo, e.g.
+    `git+https://github.com/ORG/pytest-hpccourse@v0.1.0`. Extras are kept. Returns how many changed.
+    """
+    text = pyproject.read_text(encoding="utf-8")
+    pattern = re.compile(r'"pytest-hpccourse(\[[^\]]*\])?[^"]*"')
+    new, count = pattern.subn(lambda m: f'"pytest-hpccourse{m.group(1) or ""} @ {url}"', text)
+    pyproject.write_text(new, encoding="utf-8")
+    return count
+
+
 def release_module(module: Path, out: Path, *, keys: bool = True, template: Path | None = None,
-                   scoring: Path | None = None, gpu_runner: bool = False) -> ReleaseResult:
+                   scoring: Path | None = None, gpu_runner: bool = False,
+                   plugin_url: str | None = None) -> ReleaseResult:
     """Write the learner repo for `module` into `out` (which must not exist or be empty)."""
     module = module.resolve()
     out = out.resolve()
@@ -252,6 +267,8 @@ def release_module(module: Path, out: Path, *, keys: bool = True, template: Path
     created = not out.exists()
     try:
         shutil.copytree(module, out, ignore=shutil.ignore_patterns(*IGNORED), dirs_exist_ok=True)
+        if plugin_url and not pin_plugin(out / "pyproject.toml", plugin_url):
+            raise ReleaseError(f"{module / 'pyproject.toml'}: no pytest-hpccourse requirement to pin")
         return _release_in_place(out, keys, template, scoring, gpu_runner)
     except BaseException:
         if created:
@@ -327,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use the self-hosted GPU runner workflow (modules that need cuda-gpu)")
     p.add_argument("--template", type=Path, help="template repo (default: <course>/template-repo)")
     p.add_argument("--scoring", type=Path, help="rubric (default: <course>/scoring.toml)")
+    p.add_argument("--plugin-url", metavar="URL",
+                   help="install pytest-hpccourse from URL in the released pyproject, e.g. "
+                        "git+https://github.com/ORG/pytest-hpccourse@v0.1.0 (it is not on PyPI)")
     return p
 
 
@@ -334,7 +354,7 @@ def main(args: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(args)
     try:
         res = release_module(ns.module, ns.out, keys=not ns.no_keys, template=ns.template,
-                             scoring=ns.scoring, gpu_runner=ns.gpu_runner)
+                             scoring=ns.scoring, gpu_runner=ns.gpu_runner, plugin_url=ns.plugin_url)
     except (ReleaseError, RegionError, OSError) as e:
         print(f"hpccourse release: error: {e}", file=sys.stderr)
         return 2

@@ -483,3 +483,16 @@ def test_template_repo_has_no_stray_files():
     files = sorted(p.relative_to(TEMPLATE).as_posix() for p in TEMPLATE.rglob("*") if p.is_file())
     assert files == [".gitattributes", ".github/workflows/classroom.yml", ".gitignore", "README.md",
                      "instructor/README.md", "instructor/classroom-gpu.yml"]
+
+
+def test_plugin_url_pins_the_requirement(tmp_path: Path):
+    from pytest_hpccourse.release import pin_plugin
+
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\ndependencies = ["numpy>=1.26", "pytest-hpccourse[cuda]>=0.1"]\n'
+                         '[project.optional-dependencies]\ngpu = ["pytest-hpccourse[gpu]"]\n')
+    assert pin_plugin(pyproject, "git+https://example.org/pytest-hpccourse@v0.1.0") == 2
+    text = pyproject.read_text()
+    assert '"pytest-hpccourse[cuda] @ git+https://example.org/pytest-hpccourse@v0.1.0"' in text
+    assert '"pytest-hpccourse[gpu] @ git+https://example.org/pytest-hpccourse@v0.1.0"' in text
+    assert '"numpy>=1.26"' in text
