@@ -37,7 +37,8 @@ from .errors import (KIND_TO_ERROR, CudaCompileError, CudaCrashError, CudaError,
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
-RUNTIME_SRC = INCLUDE / "hpccourse_runtime.cpp"
+# a translation unit, named .hpp so that pyproject's package-data ("**/*.h", "**/*.hpp") ships it in wheels
+RUNTIME_SRC = INCLUDE / "hpccourse_runtime.hpp"
 TABLE_FILE = "<hpccourse-launch-table>"
 VARIANTS = ("fast", "race", "asan")
 CACHE_VERSION = "v1"
@@ -186,7 +187,7 @@ def runtime_object(variant: str) -> Path:
         if out.exists():
             return out
         tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
-        cmd = [compiler(), *cflags, "-c", str(RUNTIME_SRC), "-o", str(tmp)]
+        cmd = [compiler(), *cflags, "-x", "c++", "-c", str(RUNTIME_SRC), "-o", str(tmp)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise CudaCompileError("the CUDA emulator's runtime did not compile with " + compiler() + ":\n" +

@@ -1,8 +1,8 @@
 // hpccourse CUDA emulator: force-included before a learner's .cu when it is compiled as C++.
 //
-// Every CUDA thread of a block runs as a user-space fiber (see runtime.cpp); the block's
+// Every CUDA thread of a block runs as a user-space fiber (see hpccourse_runtime.hpp); the block's
 // threads meet at __syncthreads, a warp's lanes meet at shuffles/votes/__syncwarp. Shared
-// memory lives in one fixed arena (runtime.cpp); `__shared__` declarations are rewritten by
+// memory lives in one fixed arena (hpccourse_runtime.hpp); `__shared__` declarations are rewritten by
 // pytest_hpccourse/cuda/source.py into references into that arena, so the checked builds
 // know every shared variable's extent.
 //
@@ -97,7 +97,7 @@ struct dim3 {
 
 // ---------------------------------------------------------------- the emulator's state
 namespace hpc {
-struct ThreadCtx {          // the head of runtime.cpp's Fiber
+struct ThreadCtx {          // the head of hpccourse_runtime.hpp's Fiber
     uint3 tidx;
     int linear;             // linear thread index in the block
     int lane;               // linear % 32
@@ -108,7 +108,7 @@ extern uint3 g_blockIdx;
 extern dim3 g_blockDim;
 extern dim3 g_gridDim;
 
-// runtime.cpp
+// hpccourse_runtime.hpp
 void syncthreads(const char* file, int line);
 int syncthreads_op(int op, int pred, const char* file, int line);  // 0 count, 1 and, 2 or
 void yield_now();
