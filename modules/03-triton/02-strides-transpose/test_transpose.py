@@ -82,13 +82,13 @@ def test_strided_edge_shapes(lesson, device, shape):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_descriptor_transpose(lesson, device, dtype):
     mod = lesson.load("transpose.py")
-    M, N = 37, 100  # ragged against the 32 x 32 tile
+    M, N = 40, 104  # ragged against the 32 x 32 tile; rows of 16-byte multiples (see descriptor_compatible)
     # a window of a wider matrix: unit last stride, row stride 136 elements (16-byte aligned),
     # storage offset (3 * 136 + 8) elements = 16-byte aligned for fp32 and fp16
     big = torch.randn(M + 3 + PAD, 136, generator=torch.Generator().manual_seed(6)).to(device=device, dtype=dtype)
     x = big[3:3 + M, 8:8 + N]
     assert mod.descriptor_compatible(x)
-    row_pad = 11 if dtype == torch.float32 else 67  # output row stride 48 / 104 elements: 16-byte aligned
+    row_pad = 12 if dtype == torch.float32 else 64  # output row stride 52 / 104 elements: 16-byte aligned
     buf, out, inside = _guarded_out(N, M, device, dtype, row_pad=row_pad)
     assert mod.descriptor_compatible(out)
     mod.transpose_descriptor(x, out=out)
@@ -100,3 +100,9 @@ def test_dispatch_picks_a_correct_path(lesson, device):
     for kind in ("contiguous", "transposed"):
         x = _layout(kind, 40, 24, device)
         torch.testing.assert_close(mod.transpose(x).cpu(), x.t().cpu(), rtol=0, atol=0)
+    # a 37-wide output has 148-byte rows: not descriptor-compatible, so the strided kernel must take it
+    x = _layout("contiguous", 37, 24, device)
+    buf, out, inside = _guarded_out(24, 37, device, x.dtype, row_pad=11)
+    assert not mod.descriptor_compatible(out)
+    mod.transpose(x, out=out)
+    _check(buf, out, inside, x.t())

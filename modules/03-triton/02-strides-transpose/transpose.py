@@ -43,10 +43,16 @@ def transpose_desc_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_ym,
 
 
 def descriptor_compatible(t: torch.Tensor) -> bool:
-    """TMA rules for a 2-D tensor descriptor: unit last stride, 16-byte aligned base and row stride."""
+    """TMA rules for a 2-D tensor descriptor: unit last stride, 16-byte aligned base and row stride.
+
+    We also require the row length in bytes to be a multiple of 16: on an H200 with Triton 3.6, descriptor
+    stores were seen writing past the last column up to the next 16-byte boundary (triton-lang/triton#11583),
+    which would clobber whatever sits next to the output (here: the guard region of the tests).
+    """
     esize = t.element_size()
     return (t.dim() == 2 and t.stride(1) == 1
-            and (t.stride(0) * esize) % 16 == 0 and t.data_ptr() % 16 == 0)
+            and (t.stride(0) * esize) % 16 == 0 and t.data_ptr() % 16 == 0
+            and (t.shape[1] * esize) % 16 == 0)
 
 
 def _descriptor_scratch(size: int, alignment: int, stream):
