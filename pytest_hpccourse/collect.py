@@ -46,7 +46,16 @@ class LessonNode(pytest.Collector):
             yield QuestionItem.from_parent(self, name=question.id, lesson=self.lesson, index=index)
 
 
-class ManifestItem(pytest.Item):
+class _MessageItem(pytest.Item):
+    """An item whose failure is a one-line grading message, not a traceback."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, QuestionFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class ManifestItem(_MessageItem):
     def __init__(self, *, message: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.message = message
@@ -54,16 +63,11 @@ class ManifestItem(pytest.Item):
     def runtest(self) -> None:
         raise QuestionFailed(f"INVALID lesson: {self.message}")
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, QuestionFailed):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
-
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, self.name
 
 
-class QuestionItem(pytest.Item):
+class QuestionItem(_MessageItem):
     """Grades one question from the lesson's answers.yaml; fails with the reason points were lost."""
 
     def __init__(self, *, lesson: Lesson, index: int, **kwargs: Any) -> None:
@@ -89,11 +93,6 @@ class QuestionItem(pytest.Item):
             pytest.skip(grade.message)
         if grade.status != "PASS":
             raise QuestionFailed(f"{grade.message} [{grade.score:g}/{grade.max_score:g}]")
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, QuestionFailed):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"{self.lesson.id}::{self.question.id} ({self.question.kind}, {answers.FILENAME})"
