@@ -55,10 +55,11 @@ def flash_attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sm_scale, H, seq_
                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """One program = BLOCK_M query rows of one (batch, head). O = softmax(Q K^T * sm_scale) V, LSE = log sum exp."""
-    pid_bh = tl.program_id(0)
     # heaviest query blocks first: with a causal mask block i does i + 1 key blocks, so launching them in
-    # reverse order leaves only short programs for the tail of the grid (axis 0 = heads varies fastest)
-    start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    # reverse order leaves short programs for the tail. Axis 0 (launched fastest) stays within one head,
+    # so the programs running together share that head's K and V in L2.
+    start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     q_base = q_ptr + b * stride_qb + h * stride_qh
@@ -107,7 +108,7 @@ def flash_attn_forward(q, k, v, causal=True, sm_scale=None, block_m=64, block_n=
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
     o = torch.empty_like(q)
     lse = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
-    grid = (B * H, triton.cdiv(S, block_m))
+    grid = (triton.cdiv(S, block_m), B * H)
     flash_attn_fwd_kernel[grid](q, k, v, o, lse, sm_scale, H, S,
                                 *q.stride(), *k.stride(), *v.stride(), *o.stride(),
                                 HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal,
