@@ -84,7 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
     course = Course(config.rootpath, lesson_dirs, _option(config, "course_keys"))
     config.stash[COURSE_KEY] = course
     config.pluginmanager.register(CourseHooks(config, course), "hpccourse-course")
-    if any("triton" in (course.results[d].lesson.requires if course.results[d].lesson else ()) for d in lesson_dirs):
+    # Read `requires` raw, so a lesson whose manifest does not validate yet still gets the interpreter.
+    if any("triton" in (manifest.read_raw(d).get("requires") or ()) for d in lesson_dirs):
         if "TRITON_INTERPRET" not in os.environ and not capabilities.has_torch_cuda():
             os.environ["TRITON_INTERPRET"] = "1"
     try:
