@@ -52,15 +52,17 @@ explanation = "12n"
 '''
 
 
-def make_course(root: Path, lessons: int, tests: int) -> None:
+def make_course(root: Path, lessons: int, tests: int, work: int = 0) -> None:
     (root / "scoring.toml").write_text("[points]\ncode = 4\nquestions = [2, 2, 2]\npass = 8\n")
     for n in range(lessons):
         folder = root / "modules" / f"{n // 20:02d}-m" / f"{n:03d}-lesson"
         folder.mkdir(parents=True)
         (folder / "lesson.toml").write_text(LESSON.format(n=n % 100 if n % 100 else 100 + n))
         (folder / "kernel.py").write_text("def add(a, b):\n    return a + b\n")
+        # `work` loops of real arithmetic per test (about 10 ms per 200_000 on this machine's cores).
         body = "".join(
-            f"def test_add_{i}():\n    total = sum(range({i} * 100))\n    assert total >= 0\n\n" for i in range(tests))
+            f"def test_add_{i}():\n    total = sum(range({i} * 100 + {work}))\n    assert total >= 0\n\n"
+            for i in range(tests))
         (folder / "test_kernel.py").write_text(body)
         (folder / "answers.yaml").write_text('Q1: 12\nQ2: B\nQ3: "n*12"\n')
 
@@ -79,15 +81,18 @@ def main() -> None:
     parser.add_argument("--lessons", type=int, default=200)
     parser.add_argument("--tests", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--work", type=int, default=0, help="loop length inside each test (0: trivial tests)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        make_course(root, args.lessons, args.tests)
+        make_course(root, args.lessons, args.tests, args.work)
         base = [sys.executable, "-m", "pytest", "modules", "-q", "-p", "no:cacheprovider",
                 "--import-mode=importlib"]
         variants = {
             "without plugin": base + ["-p", "no:hpccourse"],
             "with plugin": base,
+            # the same 1000 code tests, the 600 question items collected but deselected: the hooks' own cost
+            "with plugin, question items deselected": base + ["-k", "not toml"],
             "with plugin + --course-report + --course-json": base + ["--course-report", "--course-json",
                                                                      str(root / "c.json")],
         }
@@ -100,7 +105,7 @@ def main() -> None:
               f"median of {args.repeat} runs")
         for name, values in times.items():
             med = statistics.median(values)
-            print(f"  {name:48s} {med:7.2f} s   {100 * (med - reference) / reference:+6.1f} %")
+            print(f"  {name:50s} {med:7.2f} s   {100 * (med - reference) / reference:+6.1f} %")
         items = args.lessons * args.tests
         print(f"  per code test without plugin: {1000 * reference / items:.2f} ms")
 
