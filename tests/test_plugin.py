@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from lesson_factory import ANSWERS, QUESTIONS, TEST, write_lesson
+from lesson_factory import QUESTIONS, TEST, write_lesson
 
 pytest_plugins = ("pytester",)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
