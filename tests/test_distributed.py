@@ -65,6 +65,7 @@ def _pid(rank, world_size):
 
 
 def _raise_everywhere(rank, world_size):
+    time.sleep(0.3 * rank)  # rank 0 raises first, so it is the one blamed
     raise KeyError(f"rank {rank}")
 
 
@@ -144,6 +145,7 @@ def test_actors_are_reused_unless_a_rank_may_be_stuck(ray_cluster):
     with pytest.raises(RankError) as info:
         run_ranks(_raise_everywhere, 2, timeout=30)
     assert info.value.rank == 0 and info.value.ranks_clean
+    assert "(ranks [1] failed after it)" in str(info.value)
     assert run_ranks(_pid, 2) == pids  # every rank came back: same healthy actors
     with pytest.raises(RankError):
         run_ranks(_sleep_on, 2, 0, timeout=2)
