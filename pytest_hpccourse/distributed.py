@@ -434,7 +434,7 @@ def _root_cause(rank: int, payload: tuple[float, str], pending: dict, n: int) ->
     import ray
 
     failures = {rank: payload}
-    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=1.0)
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=2.0)
     for ref in ready:
         status, other = _outcome(ref, pending[ref], n)
         if status != "ok":

@@ -65,7 +65,7 @@ def _pid(rank, world_size):
 
 
 def _raise_everywhere(rank, world_size):
-    time.sleep(0.3 * rank)  # rank 0 raises first, so it is the one blamed
+    time.sleep(0.2 * rank)  # rank 0 raises first, so it is the one blamed
     raise KeyError(f"rank {rank}")
 
 
