@@ -371,7 +371,12 @@ def iter_lesson_dirs(paths: Iterable[Path], skip: Iterable[str] = (),
 
 def lesson_dir_of(path: Path) -> Path | None:
     """The lesson folder that contains `path`, if any."""
-    path = Path(path)
+    return _lesson_dir_of_path(str(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lesson_dir_of_path(path_name: str) -> Path | None:
+    path = Path(path_name)
     return _lesson_dir_of_folder(str(path if path.is_dir() else path.parent))
 
 

@@ -123,17 +123,27 @@ class CourseHooks:
         timeout_plugin = self.config.pluginmanager.hasplugin("timeout")
         default_timeout = timeout_plugin and not self.config.getoption("timeout", None) \
             and not self.config.getini("timeout")
+        scored: dict[Path, Path | None] = {}  # test file -> its lesson folder when the lesson lists it
         for item in items:
             if isinstance(item, (QuestionItem, ManifestItem)):
                 continue
-            result = self.course.result_for_path(Path(item.path))
-            if result is None:
+            if item.path not in scored:
+                scored[item.path] = self._scoring_lesson(item.path)
+            folder = scored[item.path]
+            if folder is None:
                 continue
-            if result.lesson is not None and Path(item.path).relative_to(result.dir).as_posix() not in result.lesson.tests:
-                continue  # a helper test file the lesson does not list: runs, but is not scored
-            item.stash[LESSON_KEY] = result.dir
+            result = self.course.result_for(folder)
+            item.stash[LESSON_KEY] = folder
             if default_timeout and item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(result.rubric.timeout))
+
+    def _scoring_lesson(self, path: Path) -> Path | None:
+        result = self.course.result_for_path(Path(path))
+        if result is None:
+            return None
+        if result.lesson is not None and Path(path).relative_to(result.dir).as_posix() not in result.lesson.tests:
+            return None  # a helper test file the lesson does not list: runs, but is not scored
+        return result.dir
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -165,15 +175,18 @@ class CourseHooks:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if _is_worker(self.config):
             return
-        if self.config.getoption("course_classroom"):
+        classroom_mode = self.config.getoption("course_classroom")
+        if classroom_mode:
             self._mark_tampered()
-        doc = self.course.document()
         json_path = _option(self.config, "course_json")
+        if not json_path and not classroom_mode:
+            return  # nothing to write; the terminal report builds the document itself
+        doc = self.course.document()
         if json_path:
             path = Path(json_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-        if self.config.getoption("course_classroom"):
+        if classroom_mode:
             terminal = self.config.pluginmanager.get_plugin("terminalreporter")
             classroom.write(classroom.payload(doc, self.course.durations()),
                             terminal.write_line if terminal is not None else None)
