@@ -34,9 +34,10 @@ WARMUP, REPS = 3, 25
 GiB = 1 << 30
 
 
-def load(rel: str, names: list[str]) -> cp.RawModule:
+def load(rel: str, names: list[str], defines: tuple[str, ...] = ()) -> cp.RawModule:
     src = (LESSONS / rel).read_text()
-    mod = cp.RawModule(code=src, options=("-std=c++17",), name_expressions=names)
+    options = ("-std=c++17", *(f"-D{d}" for d in defines))
+    mod = cp.RawModule(code=src, options=options, name_expressions=names)
     mod.compile()
     return mod
 
@@ -279,18 +280,29 @@ def main() -> int:
         del data
 
     # ---- cuda-07: online softmax ---------------------------------------------------------
-    m = load("07-online-softmax/softmax.cu", ["softmax_rows"])
-    k = m.get_function("softmax_rows")
+    # Sweep: LOADS (elements each lane loads per iteration) x grid size. One row per warp (grid =
+    # rows / 4) keeps ~64 rows per SM in flight, 132 x 64 x 16 KB ~ 135 MB: more than L2, so the
+    # second read goes back to HBM. A grid of a few blocks per SM (the kernel loops over rows)
+    # keeps fewer rows in flight, so the second read can hit L2.
     rows_, cols_ = 65536, 4096
     xs = rng.standard_normal((rows_, cols_), dtype=f32) * 4
     ys = cp.full_like(xs, cp.nan)
-    launch = lambda: k((rows_ // 4,), (32, 4), (xs, ys, i32(rows_), i32(cols_)))  # noqa: E731
-    launch()
-    ref = xs[:256].astype(cp.float64)
+    picked = (rng.permutation(rows_)[:256]).astype(cp.int64)  # random rows to check, first and last included
+    picked[0], picked[1] = 0, rows_ - 1
+    ref = xs[picked].astype(cp.float64)
     ref = cp.exp(ref - ref.max(axis=1, keepdims=True))
     ref /= ref.sum(axis=1, keepdims=True)
-    b.bw("cuda-07", "softmax_rows", f"{rows_}x{cols_}", time_ms(launch), 8 * rows_ * cols_,
-         f"rel={rel_err(ys[:256], ref):.1e}", "bytes = read + write once (2nd read hits cache)")
+    for loads in (4, 8, 16):
+        k = load("07-online-softmax/softmax.cu", ["softmax_rows"], (f"LOADS={loads}",)).get_function("softmax_rows")
+        for blocks_per_sm in (None, 2, 4, 8):
+            grid = rows_ // 4 if blocks_per_sm is None else sms * blocks_per_sm
+            ys.fill(cp.nan)
+            launch = lambda: k((grid,), (32, 4), (xs, ys, i32(rows_), i32(cols_)))  # noqa: E731
+            launch()
+            check = "WRONG (NaN)" if bool(cp.isnan(ys).any()) else f"rel={rel_err(ys[picked], ref):.1e}"
+            label = "1 row/warp" if blocks_per_sm is None else f"{blocks_per_sm} blocks/SM"
+            b.bw("cuda-07", f"softmax_rows LOADS={loads}, {label}", f"{rows_}x{cols_}", time_ms(launch),
+                 8 * rows_ * cols_, check, "bytes = read + write once (2nd read hits cache)")
     if torch_mod():
         xt = as_torch(xs)
         b.bw("cuda-07", "torch.softmax", f"{rows_}x{cols_}", time_ms(lambda: xt.softmax(-1)), 8 * rows_ * cols_, "-",
@@ -299,8 +311,6 @@ def main() -> int:
     del xs, ys
 
     # ---- cuda-08: LayerNorm / RMSNorm ----------------------------------------------------
-    m = load("08-layernorm/layernorm.cu", ["layernorm_fwd", "rmsnorm_fwd"])
-    kln, krms = m.get_function("layernorm_fwd"), m.get_function("rmsnorm_fwd")
     rows_, cols_ = 65536, 4096
     xl = rng.standard_normal((rows_, cols_), dtype=f32) * 2 + 1
     g = (1 + 0.1 * rng.standard_normal(cols_, dtype=f32)).astype(f32)
@@ -308,13 +318,20 @@ def main() -> int:
     yl = cp.full_like(xl, cp.nan)
     mu, rs = cp.empty(rows_, dtype=f32), cp.empty(rows_, dtype=f32)
     eps = f32(1e-5)
-    launch = lambda: kln((rows_,), (256,), (xl, g, be, yl, mu, rs, i32(rows_), i32(cols_), eps))  # noqa: E731
-    launch()
     xr = xl[:256].astype(cp.float64)
     mr = xr.mean(axis=1, keepdims=True)
     ref = (xr - mr) / cp.sqrt(((xr - mr) ** 2).mean(axis=1, keepdims=True) + 1e-5) * g + be
-    b.bw("cuda-08", "layernorm_fwd", f"{rows_}x{cols_}", time_ms(launch), 8 * rows_ * cols_,
-         f"rel={rel_err(yl[:256], ref):.1e}")
+    for loads in (2, 4, 8):
+        m = load("08-layernorm/layernorm.cu", ["layernorm_fwd", "rmsnorm_fwd"], (f"LOADS={loads}",))
+        kln = m.get_function("layernorm_fwd")
+        for threads in (256, 512):
+            yl.fill(cp.nan)
+            launch = lambda: kln((rows_,), (threads,), (xl, g, be, yl, mu, rs, i32(rows_), i32(cols_), eps))  # noqa: E731
+            launch()
+            check = "WRONG (NaN)" if bool(cp.isnan(yl).any()) else f"rel={rel_err(yl[:256], ref):.1e}"
+            b.bw("cuda-08", f"layernorm_fwd LOADS={loads}, {threads} threads", f"{rows_}x{cols_}", time_ms(launch),
+                 8 * rows_ * cols_, check)
+    krms = m.get_function("rmsnorm_fwd")
     launch = lambda: krms((rows_,), (256,), (xl, g, yl, i32(rows_), i32(cols_), eps))  # noqa: E731
     launch()
     ref = xr / cp.sqrt((xr * xr).mean(axis=1, keepdims=True) + 1e-5) * g

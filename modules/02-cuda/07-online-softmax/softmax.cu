@@ -1,9 +1,11 @@
 // cuda-07: one-pass (online) row softmax, one warp per row.
 //
 // softmax_rows(x, y, rows, cols): y[r][:] = softmax(x[r][:]) for a row-major rows x cols matrix.
-// Launch: block (32, WARPS_PER_BLOCK) -> warp threadIdx.y of block b handles row
-// b * blockDim.y + threadIdx.y; grid = ceil(rows / blockDim.y). Every row must contain at least
-// one finite value (-inf entries, e.g. a causal mask, are allowed).
+// Launch: block (32, WARPS_PER_BLOCK); warp threadIdx.y of block b starts at row
+// b * blockDim.y + threadIdx.y and strides by the number of warps in the grid (a grid-stride loop
+// over rows, as in cuda-01), so any grid size works: ceil(rows / blockDim.y) gives one row per
+// warp, a smaller grid gives each warp several. Every row must contain at least one finite value
+// (-inf entries, e.g. a causal mask, are allowed).
 //
 // Pass 1 reads the row once and keeps, per lane, a running max m and a running sum
 // d = sum_j exp(x_j - m); the 32 lane states are then merged with shuffles. Pass 2 reads the
@@ -11,6 +13,9 @@
 // write of the max / sum / normalize formulation.
 
 #define FULL_MASK 0xffffffffu
+#ifndef LOADS
+#define LOADS 8  // elements each lane loads per iteration (loads in flight); benchmarks/cuda_h200.py sweeps it
+#endif
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
@@ -23,47 +28,53 @@ __device__ __forceinline__ float rescale(float m_old, float m_new) {
 
 __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
     int lane = threadIdx.x;
-    int row = blockIdx.x * blockDim.y + threadIdx.y;
-    if (row >= rows) return;  // the whole warp leaves together: row depends on threadIdx.y only
-    const float* xr = x + (size_t)row * cols;
-    float* yr = y + (size_t)row * cols;
+    int warps_in_grid = gridDim.x * blockDim.y;
+    // row depends on blockIdx and threadIdx.y only: the 32 lanes of a warp enter and leave the loop together
+    for (int row = blockIdx.x * blockDim.y + threadIdx.y; row < rows; row += warps_in_grid) {
+        const float* xr = x + (size_t)row * cols;
+        float* yr = y + (size_t)row * cols;
 
-    // HINT: online update per element: m' = max(m, x); d' = d * exp(m - m') + exp(x - m'); then merge (m, d) pairs across lanes the same way.
-    // BEGIN SOLUTION
-    float m = neg_inf();  // running max of the elements this lane has seen
-    float d = 0.0f;       // running sum of exp(x_j - m) over those elements
-    // Lane-strided (a warp reads 128 contiguous bytes per load), four elements per iteration: the
-    // four loads are issued back to back, so each lane keeps four loads in flight. Elements past
-    // the end read as -inf, which rescale() turns into a contribution of exactly 0.
-    for (int j = lane; j < cols; j += 128) {
-        float v[4];
+        // HINT: online update per element: m' = max(m, x); d' = d * exp(m - m') + exp(x - m'); then merge (m, d) pairs across lanes the same way.
+        // BEGIN SOLUTION
+        float m = neg_inf();  // running max of the elements this lane has seen
+        float d = 0.0f;       // running sum of exp(x_j - m) over those elements
+        // Lane-strided (a warp reads 128 contiguous bytes per load), LOADS elements per iteration: the
+        // loads are issued back to back, so each lane keeps LOADS loads in flight. Elements past the
+        // end read as -inf, which rescale() turns into a contribution of exactly 0.
+        for (int j = lane; j < cols; j += 32 * LOADS) {
+            float v[LOADS];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : neg_inf();
-        float m_new = fmaxf(fmaxf(m, fmaxf(v[0], v[1])), fmaxf(v[2], v[3]));
-        d = d * rescale(m, m_new) + rescale(v[0], m_new) + rescale(v[1], m_new) + rescale(v[2], m_new) +
-            rescale(v[3], m_new);
-        m = m_new;
-    }
+            for (int u = 0; u < LOADS; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : neg_inf();
+            float m_new = m;
+#pragma unroll
+            for (int u = 0; u < LOADS; ++u) m_new = fmaxf(m_new, v[u]);
+            float batch = 0.0f;  // this batch's sum, taken relative to m_new
+#pragma unroll
+            for (int u = 0; u < LOADS; ++u) batch += rescale(v[u], m_new);
+            d = d * rescale(m, m_new) + batch;
+            m = m_new;
+        }
 
-    // Merge the 32 lane states with a butterfly; afterwards every lane holds the row's (m, d).
-    // The merge of (m_a, d_a) and (m_b, d_b) is the same rule as one element, with weights d.
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        float m_o = __shfl_xor_sync(FULL_MASK, m, offset);
-        float d_o = __shfl_xor_sync(FULL_MASK, d, offset);
-        float m_new = fmaxf(m, m_o);
-        d = d * rescale(m, m_new) + d_o * rescale(m_o, m_new);
-        m = m_new;
-    }
+        // Merge the 32 lane states with a butterfly; afterwards every lane holds the row's (m, d).
+        // The merge of (m_a, d_a) and (m_b, d_b) is the same rule as one element, with weights d.
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            float m_o = __shfl_xor_sync(FULL_MASK, m, offset);
+            float d_o = __shfl_xor_sync(FULL_MASK, d, offset);
+            float m_new = fmaxf(m, m_o);
+            d = d * rescale(m, m_new) + d_o * rescale(m_o, m_new);
+            m = m_new;
+        }
 
-    // Second pass: the row is read again (from L1/L2 when it is short enough), four loads in flight.
-    float inv_d = 1.0f / d;
-    for (int j = lane; j < cols; j += 128) {
-        float v[4];
+        // Second pass: the row is read again (from L2 when few enough rows are in flight), LOADS in flight.
+        float inv_d = 1.0f / d;
+        for (int j = lane; j < cols; j += 32 * LOADS) {
+            float v[LOADS];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : 0.0f;
+            for (int u = 0; u < LOADS; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-            if (j + 32 * u < cols) yr[j + 32 * u] = expf(v[u] - m) * inv_d;
+            for (int u = 0; u < LOADS; ++u)
+                if (j + 32 * u < cols) yr[j + 32 * u] = expf(v[u] - m) * inv_d;
+        }
+        // END SOLUTION
     }
-    // END SOLUTION
 }
