@@ -6,12 +6,12 @@
 //     mean[r] and rstd[r] are saved for the backward pass.
 // rmsnorm_fwd(x, gamma, y, rows, cols, eps): y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gamma.
 // Launch: grid = rows, block = T threads (a multiple of 32, at most 1024).
-// One read of x to get the statistics, one more to normalize (it is usually still in L2),
+// One read of x to get the statistics, one more to normalize (it is usually still in L1/L2),
 // one write of y: the kernel is memory-bound, and fusing everything into one launch is the win.
 
 #define FULL_MASK 0xffffffffu
 #ifndef LOADS
-#define LOADS 4  // elements each thread loads per batch (loads in flight); benchmarks/cuda_h200.py sweeps it
+#define LOADS 4  // elements each thread loads per iteration (loads in flight); benchmarks/cuda_h200.py sweeps it
 #endif
 
 // A Welford state: count, mean and M2 = sum of squared deviations from the mean.
@@ -58,22 +58,13 @@ __global__ void layernorm_fwd(const float* x, const float* gamma, const float* b
     // BEGIN SOLUTION
     // Per-thread Welford: after k values, mean is their mean and m2 the sum of squared
     // deviations, both updated with small numbers (x - mean), never with x^2.
-    // LOADS elements per batch (block-strided, so every warp load is coalesced): the loads are
+    // LOADS elements per iteration (block-strided, so every warp load is coalesced): the loads are
     // issued back to back and stay in flight together.
     Welford w = {0.0f, 0.0f, 0.0f};
-    int stride = LOADS * blockDim.x;  // one batch: LOADS block-wide, coalesced loads per thread
-    float v[LOADS];
+    for (int j0 = threadIdx.x; j0 < cols; j0 += LOADS * blockDim.x) {
+        float v[LOADS];
 #pragma unroll
-    for (int u = 0; u < LOADS; ++u) v[u] = threadIdx.x + u * blockDim.x < cols ? xr[threadIdx.x + u * blockDim.x] : 0.0f;
-    for (int j0 = threadIdx.x; j0 < cols; j0 += stride) {
-        // Software pipelining: issue the next batch's loads before the Welford chain of this one, so
-        // they are in flight while the dependent divisions below run.
-        float next[LOADS];
-#pragma unroll
-        for (int u = 0; u < LOADS; ++u) {
-            int j = j0 + stride + u * blockDim.x;
-            next[u] = j < cols ? xr[j] : 0.0f;
-        }
+        for (int u = 0; u < LOADS; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
 #pragma unroll
         for (int u = 0; u < LOADS; ++u) {
             if (j0 + u * blockDim.x < cols) {
@@ -83,8 +74,6 @@ __global__ void layernorm_fwd(const float* x, const float* gamma, const float* b
                 w.m2 += delta * (v[u] - w.mean);  // (x - old mean) * (x - new mean): exact in real arithmetic
             }
         }
-#pragma unroll
-        for (int u = 0; u < LOADS; ++u) v[u] = next[u];
     }
 
     w = warp_welford(w);
@@ -105,7 +94,8 @@ __global__ void layernorm_fwd(const float* x, const float* gamma, const float* b
     __syncthreads();  // everyone needs s_mean / s_rstd
 
     float mu = s_mean, rs = s_rstd;
-    for (int j0 = threadIdx.x; j0 < cols; j0 += stride) {  // LOADS loads in flight, then LOADS stores
+    for (int j0 = threadIdx.x; j0 < cols; j0 += LOADS * blockDim.x) {  // same batching as above
+        float v[LOADS];
 #pragma unroll
         for (int u = 0; u < LOADS; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
 #pragma unroll
