@@ -103,23 +103,25 @@ def test_results_are_ordered_by_rank(ray_cluster):
 
 
 def test_rank_exception_names_rank_and_traceback(ray_cluster):
+    run_ranks(_pid, 3)  # the actors exist before the clock starts: only the failing call is timed
     t0 = time.monotonic()
     with pytest.raises(RankError) as info:
-        run_ranks(_raise_on, 3, 1, timeout=30)
+        run_ranks(_raise_on, 3, 1, timeout=300)
     err = info.value
     assert err.rank == 1 and err.world_size == 3 and err.what == "raised"
     text = str(err)
     assert text.startswith("rank 1 of 3 raised")
     assert "ValueError: boom from rank 1" in text
     assert "_raise_on" in text and "test_distributed.py" in text  # the learner-facing traceback
-    assert time.monotonic() - t0 < 20  # reported at once, not after the collective timeout
+    assert time.monotonic() - t0 < 60  # reported at once, not after the 300 s collective timeout (loose: CI is slow)
 
 
 def test_timeout_names_hung_rank_and_where_it_is(ray_cluster):
+    run_ranks(_pid, 2)  # the actors exist before the clock starts: only the hanging call is timed
     t0 = time.monotonic()
     with pytest.raises(RankError) as info:
         run_ranks(_sleep_on, 2, 1, timeout=3)
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 60  # the hung rank sleeps 600 s; loose bound for slow CI machines
     err = info.value
     assert err.rank == 1 and err.what.startswith("timed out")
     assert "_sleep_on" in str(err)  # the stack of the hung rank
