@@ -71,7 +71,8 @@ class RankError(RuntimeError):
         self.world_size = world_size
         self.what = what  # "raised" | "timed out" | "died"
         self.detail = detail
-        self.ranks_clean = False  # every rank returned normally or raised: its actors are reusable
+        self.ranks_clean = False  # every rank came back from its drill: its actors are reusable
+        self.in_setup = False  # the group never formed: no rank reported a failure of drill code
         super().__init__(f"rank {rank} of {world_size} {what}:\n{detail.rstrip()}")
 
 
@@ -150,20 +151,41 @@ class _Worker:
         self._mailbox: dict[tuple[int, int, int], Any] = {}
         self._call_id = -1
         self._thread_id: int | None = None
+        self._hosted: tuple[int, Any] | None = None  # (call id, TCPStore) while rank 0 of a call
 
     def ready(self) -> bool:
         return True
 
-    def endpoint(self) -> tuple[str, int]:
-        """Address for a TCP rendezvous hosted by this actor (rank 0)."""
-        import socket
+    def host_store(self, call_id: int, timeout: float) -> tuple[str, int]:
+        """Host the rendezvous store of call `call_id` (this actor is its rank 0).
+
+        The OS picks the port while the store binds it, so no other process can take the port
+        between choosing and binding it (as with "find a free port, close it, bind it again").
+        """
+        import datetime
 
         import ray
+        import torch.distributed as dist
 
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        host = ray.util.get_node_ip_address()
+        store = dist.TCPStore(host, 0, None, True, timeout=datetime.timedelta(seconds=timeout),
+                              wait_for_workers=False)
+        self._hosted = (call_id, store)
+        return host, store.port
+
+    def _call_store(self, call_id: int, rank: int, host: str, port: int, timeout: float) -> Any:
+        """The store of this call, under a prefix of its own: keys of two calls never meet."""
+        import datetime
+
+        import torch.distributed as dist
+
+        hosted, self._hosted = self._hosted, None
+        if rank == 0 and hosted is not None and hosted[0] == call_id:
+            store = hosted[1]
+        else:
+            store = dist.TCPStore(host, port, None, False,
+                                  timeout=datetime.timedelta(seconds=timeout))
+        return dist.PrefixStore(f"hpccourse/call{call_id}", store)
 
     # -- messages -----------------------------------------------------------------------------
     def deliver(self, call_id: int, src: int, seq: int, payload: Any) -> None:
@@ -203,8 +225,13 @@ class _Worker:
         return "".join(traceback.format_list(entries[starts[-1] if starts else 0:]))
 
     # -- drills -------------------------------------------------------------------------------
-    def run_ranks(self, blob: bytes, rank: int, world_size: int, init_method: str, backend: str,
-                  timeout: float, call_id: int) -> tuple[str, Any]:
+    def run_ranks(self, blob: bytes, rank: int, world_size: int, host: str, port: int,
+                  backend: str, timeout: float, call_id: int) -> tuple[str, Any]:
+        """One rank of a call: join the group, run the drill, leave the group.
+
+        A failure comes back as ("err", (when, traceback, phase)); phase "setup" means the group
+        never formed here, so no drill code ran on this rank.
+        """
         import datetime
 
         import torch.distributed as dist
@@ -212,22 +239,25 @@ class _Worker:
         from ray import cloudpickle
 
         self._begin(call_id)
+        phase = "setup"
         try:
             fn, args, kwargs = cloudpickle.loads(blob)
             if dist.is_initialized():  # left over by a drill that created its own group
                 dist.destroy_process_group()
-            dist.init_process_group(backend, init_method=init_method, rank=rank,
-                                    world_size=world_size,
+            dist.init_process_group(backend, store=self._call_store(call_id, rank, host, port,
+                                                                    timeout),
+                                    rank=rank, world_size=world_size,
                                     timeout=datetime.timedelta(seconds=timeout))
+            phase = "drill"
             try:
                 return "ok", fn(rank, world_size, *args, **kwargs)
             except BaseException:  # noqa: BLE001 - every failure goes back to the driver
                 # Stamped before the group is torn down: peers fail only after this.
-                return "err", (time.time(), traceback.format_exc())
+                return "err", (time.time(), traceback.format_exc(), phase)
             finally:
                 dist.destroy_process_group()
         except BaseException:  # noqa: BLE001
-            return "err", (time.time(), traceback.format_exc())
+            return "err", (time.time(), traceback.format_exc(), phase)
         finally:
             self._thread_id = None
 
@@ -241,7 +271,7 @@ class _Worker:
             comm = Comm(self, rank, world_size, peers, call_id, time.monotonic() + timeout)
             return "ok", fn(comm, *args, **kwargs)
         except BaseException:  # noqa: BLE001
-            return "err", (time.time(), traceback.format_exc())
+            return "err", (time.time(), traceback.format_exc(), "drill")
         finally:
             self._thread_id = None
 
@@ -345,23 +375,33 @@ class RaySession:
     # -- calls --------------------------------------------------------------------------------
     def run_ranks(self, fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "gloo",
                   timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> list[Any]:
-        """Run `fn(rank, world_size, *args, **kwargs)` on a `torch.distributed` group."""
+        """Run `fn(rank, world_size, *args, **kwargs)` on a `torch.distributed` group.
+
+        If the group itself fails to form (a rendezvous or connection error before any drill code
+        ran), the call is tried once more on fresh actors: that failure says nothing about `fn`.
+        """
         import ray
 
         num_gpus = 1 if backend == "nccl" else 0
         with self._lock:
-            actors = self._acquire(_check_world(world_size), num_gpus)
-            try:
-                blob = ray.put(_dumps(fn, args, kwargs))
-                host, port = ray.get(actors[0].endpoint.remote(), timeout=timeout)
-                call_id = next(self._calls)
-                refs = [a.run_ranks.remote(blob, r, world_size, f"tcp://{host}:{port}", backend,
-                                           timeout, call_id) for r, a in enumerate(actors)]
-                return _gather(refs, actors, timeout)
-            except BaseException as e:
-                if not getattr(e, "ranks_clean", False):
-                    self._discard(actors)  # ranks may be stuck in a collective: never reuse them
-                raise
+            blob = ray.put(_dumps(fn, args, kwargs))
+            retried = False
+            while True:
+                actors = self._acquire(_check_world(world_size), num_gpus)
+                try:
+                    call_id = next(self._calls)
+                    host, port = ray.get(actors[0].host_store.remote(call_id, timeout),
+                                         timeout=timeout)
+                    refs = [a.run_ranks.remote(blob, r, world_size, host, port, backend, timeout,
+                                               call_id) for r, a in enumerate(actors)]
+                    return _gather(refs, actors, timeout)
+                except BaseException as e:
+                    if not getattr(e, "ranks_clean", False):
+                        self._discard(actors)  # ranks may be stuck in a collective: never reuse them
+                    if getattr(e, "in_setup", False) and not retried:
+                        retried = True
+                        continue
+                    raise
 
     def run_actors(self, fn: Callable[..., Any], world_size: int, *args: Any,
                    timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> list[Any]:
@@ -410,14 +450,15 @@ def _gather(refs: list, actors: list, timeout: float) -> list[Any]:
             raise _hang_error(sorted(pending.values()), actors, timeout)
         for ref in ready:
             rank = pending.pop(ref)
-            status, payload = _outcome(ref, rank, n)
+            status, payload = _outcome(ref, rank)
             if status != "ok":
                 raise _root_cause(rank, payload, pending, n)
             results[rank] = payload
     return results
 
 
-def _outcome(ref: Any, rank: int, n: int) -> tuple[str, Any]:
+def _outcome(ref: Any, rank: int) -> tuple[str, Any]:
+    """("ok", result) or ("err", (when, text, phase)) for one rank."""
     import ray
     from ray.exceptions import RayError
 
@@ -425,10 +466,10 @@ def _outcome(ref: Any, rank: int, n: int) -> tuple[str, Any]:
         return ray.get(ref)
     except RayError as e:  # the actor process died (crash, os._exit, out of memory, ...)
         # When it died is unknown; a crash is the likeliest root cause, so it sorts first.
-        return "err", (float("-inf"), f"rank {rank} died:\n{e}")
+        return "err", (float("-inf"), f"rank {rank} died:\n{e}", "died")
 
 
-def _root_cause(rank: int, payload: tuple[float, str], pending: dict, n: int) -> RankError:
+def _root_cause(rank: int, payload: tuple[float, str, str], pending: dict, n: int) -> RankError:
     """When one rank fails, its peers often fail right after (their collective lost a member).
     Give them a moment to report and blame the rank that died, else the one that raised first."""
     import ray
@@ -436,19 +477,21 @@ def _root_cause(rank: int, payload: tuple[float, str], pending: dict, n: int) ->
     failures = {rank: payload}
     ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=2.0)
     for ref in ready:
-        status, other = _outcome(ref, pending[ref], n)
+        status, other = _outcome(ref, pending[ref])
         if status != "ok":
             failures[pending[ref]] = other
     first = min(failures, key=lambda r: (failures[r][0], r))
-    detail = failures[first][1]
+    _, detail, phase = failures[first]
     also = sorted(set(failures) - {first})
     if also:
         detail += f"\n(ranks {also} failed after it)"
-    what = "died" if detail.startswith(f"rank {first} died") else "raised"
-    err = RankError(first, n, what, detail)
-    # All ranks are back and none died: each tore its group down in `finally`, nobody is stuck.
-    err.ranks_clean = len(ready) == len(pending) and all(
-        not failures[r][1].startswith(f"rank {r} died") for r in failures)
+    err = RankError(first, n, "died" if phase == "died" else "raised", detail)
+    phases = {f[2] for f in failures.values()}
+    # All ranks are back, each left its group in `finally`, none died, and every group formed: a
+    # rank whose group setup failed may keep torch.distributed state that breaks its next setup
+    # (the default group's name is a per-process counter bumped before the rendezvous).
+    err.ranks_clean = len(ready) == len(pending) and phases == {"drill"}
+    err.in_setup = phases == {"setup"}
     return err
 
 

@@ -23,7 +23,9 @@ from pytest_hpccourse.distributed import (  # noqa: E402,F401 - ray_cluster is a
     run_ranks,
 )
 
-pytestmark = pytest.mark.timeout(120)
+# Under xdist (`--dist loadgroup`, as scripts/test runs it) every Ray test goes to one worker:
+# one Ray instance for the suite, not one per worker competing for the CI machine's two cores.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("ray")]
 
 
 # Rank functions live at module level: this test file is not importable inside the actors, so
@@ -160,19 +162,48 @@ def test_group_is_destroyed_after_each_call(ray_cluster):
     assert run_actors(_group_state_plain, 2) == [False, False]
 
 
-def test_group_is_destroyed_when_fn_raises():
-    # Drive one worker in this process (no Ray) to see the actor-side `finally`.
-    import socket
-
+def _drive_rank0(fn, world_size, timeout):
+    """Run rank 0 of a call in this process (no Ray) to see the actor side directly."""
+    import torch.distributed as dist
     from ray import cloudpickle
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    blob = cloudpickle.dumps((_raise_on, (0,), {}))
-    status, (_, tb) = _Worker(0).run_ranks(blob, 0, 1, f"tcp://127.0.0.1:{port}", "gloo", 20, 0)
-    assert status == "err" and "boom from rank 0" in tb
+    worker = _Worker(0)
+    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    worker._hosted = (0, store)  # what `host_store` leaves behind for the call's rank 0
+    blob = cloudpickle.dumps((fn, (0,), {}))
+    return worker.run_ranks(blob, 0, world_size, "127.0.0.1", store.port, "gloo", timeout, 0)
+
+
+def test_group_is_destroyed_when_fn_raises():
+    status, (_, tb, phase) = _drive_rank0(_raise_on, 1, 20)
+    assert status == "err" and "boom from rank 0" in tb and phase == "drill"
     assert not torch.distributed.is_initialized()
+
+
+def test_group_setup_failure_is_reported_as_setup():
+    from torch.distributed import distributed_c10d
+
+    try:
+        status, (_, tb, phase) = _drive_rank0(_raise_on, 2, 1)  # rank 1 never shows up
+    finally:
+        distributed_c10d._world.group_count = 0  # what the failed setup left in this process
+    assert status == "err" and phase == "setup" and "boom" not in tb
+    assert not torch.distributed.is_initialized()
+
+
+def test_failed_group_setup_is_retried_on_fresh_actors(ray_cluster):
+    pids = run_ranks(_pid, 2)
+    first_call = next(ray_cluster._calls)
+    with pytest.raises(RankError) as info:
+        run_ranks(_pid, 2, backend="no-such-backend", timeout=30)
+    assert next(ray_cluster._calls) == first_call + 3  # the failed setup was tried twice
+    err = info.value
+    assert err.in_setup and not err.ranks_clean and "no-such-backend" in str(err)
+    # A rank whose setup failed keeps torch.distributed state that breaks its next setup (the
+    # default group's name is a counter bumped before the rendezvous); mixed with a fresh rank it
+    # would wait for keys nobody writes. Those actors must be gone.
+    out = run_ranks(_pid, 3, timeout=60)
+    assert len(set(out)) == 3 and set(out).isdisjoint(pids)
 
 
 def test_run_actors_passes_messages_in_order_and_counts_bytes(ray_cluster):
