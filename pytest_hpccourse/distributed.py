@@ -13,7 +13,9 @@ hardware. On top of it:
 
 A rank that raises, dies or does not finish in time fails the call with a `RankError` naming the
 rank and carrying its traceback (or, for a hang, where it was stuck). Actors are pooled for the
-session; a failed call kills the actors it used, so it cannot poison the next one.
+session; a call that may have left a rank stuck, or whose group never formed, kills the actors it
+used, so it cannot poison the next one. A group that fails to form (before any drill code ran) is
+tried again on fresh actors.
 
 Usage in a lesson test (the session fixture `ray_cluster` starts Ray once and shuts it down)::
 
@@ -61,6 +63,9 @@ __all__ = [
 DEFAULT_TIMEOUT = 60.0  # seconds a whole call may take (process-group init included)
 _STACK_TIMEOUT = 3.0  # seconds to wait for a hung rank to tell where it is stuck
 _MAX_CONCURRENCY = 8  # actor threads: the drill itself + message deliveries + stack dumps
+# Tries to form a group. Gloo's full-mesh connect fails now and then on a loaded machine ("Connection
+# closed by peer", ~2 of 60 calls with both cores of a 2-core box busy); that is no fault of the drill.
+_SETUP_ATTEMPTS = 3
 
 
 class RankError(RuntimeError):
@@ -333,6 +338,7 @@ class RaySession:
         self._pools: dict[float, list] = {}  # num_gpus per actor -> actor handles
         self._lock = threading.RLock()
         self._calls = itertools.count()
+        self.setup_retries = 0  # group setups that failed and were tried again on fresh actors
         self.closed = False
 
     # -- context manager: `with ray_session() as s:` shuts down what it started ---------------
@@ -378,14 +384,15 @@ class RaySession:
         """Run `fn(rank, world_size, *args, **kwargs)` on a `torch.distributed` group.
 
         If the group itself fails to form (a rendezvous or connection error before any drill code
-        ran), the call is tried once more on fresh actors: that failure says nothing about `fn`.
+        ran), the call is tried again on fresh actors, up to `_SETUP_ATTEMPTS` times in all: that
+        failure says nothing about `fn`.
         """
         import ray
 
         num_gpus = 1 if backend == "nccl" else 0
         with self._lock:
             blob = ray.put(_dumps(fn, args, kwargs))
-            retried = False
+            attempt = 1
             while True:
                 actors = self._acquire(_check_world(world_size), num_gpus)
                 try:
@@ -398,8 +405,9 @@ class RaySession:
                 except BaseException as e:
                     if not getattr(e, "ranks_clean", False):
                         self._discard(actors)  # ranks may be stuck in a collective: never reuse them
-                    if getattr(e, "in_setup", False) and not retried:
-                        retried = True
+                    if getattr(e, "in_setup", False) and attempt < _SETUP_ATTEMPTS:
+                        attempt += 1
+                        self.setup_retries += 1
                         continue
                     raise
 

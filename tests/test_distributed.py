@@ -144,13 +144,20 @@ def test_failed_call_does_not_poison_later_calls(ray_cluster):
 
 
 def test_actors_are_reused_unless_a_rank_may_be_stuck(ray_cluster):
+    # A group setup that failed (rare, on a loaded machine) is retried on fresh actors; only
+    # calls without such a retry can show the pooling.
+    retries = ray_cluster.setup_retries
     pids = run_ranks(_pid, 2)
-    assert run_ranks(_pid, 2) == pids  # pooled
+    again = run_ranks(_pid, 2)
+    assert again == pids or ray_cluster.setup_retries > retries  # pooled
     with pytest.raises(RankError) as info:
         run_ranks(_raise_everywhere, 2, timeout=30)
     assert info.value.rank == 0 and info.value.ranks_clean
     assert "(ranks [1] failed after it)" in str(info.value)
-    assert run_ranks(_pid, 2) == pids  # every rank came back: same healthy actors
+    retries, pids = ray_cluster.setup_retries, again
+    again = run_ranks(_pid, 2)
+    assert again == pids or ray_cluster.setup_retries > retries  # every rank came back: same actors
+    pids = again
     with pytest.raises(RankError):
         run_ranks(_sleep_on, 2, 0, timeout=2)
     assert set(run_ranks(_pid, 2)).isdisjoint(pids)  # a hung rank: its actors were replaced
@@ -191,12 +198,13 @@ def test_group_setup_failure_is_reported_as_setup():
     assert not torch.distributed.is_initialized()
 
 
+@pytest.mark.timeout(300)  # three setups, each on freshly started actors (slow on a loaded machine)
 def test_failed_group_setup_is_retried_on_fresh_actors(ray_cluster):
     pids = run_ranks(_pid, 2)
-    first_call = next(ray_cluster._calls)
+    retries = ray_cluster.setup_retries
     with pytest.raises(RankError) as info:
         run_ranks(_pid, 2, backend="no-such-backend", timeout=30)
-    assert next(ray_cluster._calls) == first_call + 3  # the failed setup was tried twice
+    assert ray_cluster.setup_retries == retries + distributed._SETUP_ATTEMPTS - 1
     err = info.value
     assert err.in_setup and not err.ranks_clean and "no-such-backend" in str(err)
     # A rank whose setup failed keeps torch.distributed state that breaks its next setup (the
