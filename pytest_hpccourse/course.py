@@ -63,8 +63,12 @@ class Course:
             raw = manifest.read_raw(folder)
             result.id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else folder.name
             result.title = raw.get("title") if isinstance(raw.get("title"), str) else ""
+            requires = raw.get("requires")
+            if isinstance(requires, list):
+                result.raw_requires = tuple(str(c) for c in requires)
         else:
             result.lesson, result.id, result.title, result.title_en = lesson, lesson.id, lesson.title, lesson.title_en
+            result.raw_requires = tuple(lesson.requires)
         self.results[folder] = result
         self._by_rel[rel] = result
         return result

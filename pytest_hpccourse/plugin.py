@@ -18,6 +18,7 @@ pytest_plugins = ("pytest_hpccourse.fixtures",)
 
 COURSE_KEY = pytest.StashKey[Course]()
 LESSON_KEY = pytest.StashKey[Path]()
+LESSON_DIRS_KEY = pytest.StashKey[tuple[tuple, list[Path]]]()  # ((paths, ignored), lessons found)
 
 
 def course_of(config: pytest.Config) -> Course | None:
@@ -62,10 +63,20 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     paths = [Path(p.split("::")[0]) for p in (namespace.file_or_dir or [])] or [Path.cwd()]
     if _explicit_import_mode(args + early_config.getini("addopts")):
         return
-    found = manifest.iter_lesson_dirs((p for p in paths if p.exists()), early_config.getini("norecursedirs"),
-                                      namespace.ignore or ())
-    if any(True for _ in found):
+    if _lesson_dirs(early_config, paths, namespace.ignore or ()):
         namespace.importmode = "importlib"
+
+
+def _lesson_dirs(config: pytest.Config, paths: list[Path], ignore: Any) -> list[Path]:
+    """The lesson folders at or below `paths`; the walk is done once per run for the same paths."""
+    existing = tuple(p.resolve() for p in paths if p.exists())
+    key = (existing, tuple(str(i) for i in ignore))
+    cached = config.stash.get(LESSON_DIRS_KEY, None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    found = list(manifest.iter_lesson_dirs(existing, config.getini("norecursedirs"), ignore))
+    config.stash[LESSON_DIRS_KEY] = (key, found)
+    return found
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,8 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requires(*capabilities): this test needs these capabilities on top of "
                                        "its lesson's `requires`; skipped as NEEDS without them")
     paths = [Path(str(a).split("::")[0]) for a in config.args]
-    lesson_dirs = list(manifest.iter_lesson_dirs((p for p in paths if p.exists()), config.getini("norecursedirs"),
-                                                 config.getoption("ignore") or ()))
+    lesson_dirs = _lesson_dirs(config, paths, config.getoption("ignore") or ())
     if not lesson_dirs:
         return
     if not _explicit_import_mode(list(config.invocation_params.args)):
@@ -84,8 +94,8 @@ def pytest_configure(config: pytest.Config) -> None:
     course = Course(config.rootpath, lesson_dirs, _option(config, "course_keys"))
     config.stash[COURSE_KEY] = course
     config.pluginmanager.register(CourseHooks(config, course), "hpccourse-course")
-    # Read `requires` raw, so a lesson whose manifest does not validate yet still gets the interpreter.
-    if any("triton" in (manifest.read_raw(d).get("requires") or ()) for d in lesson_dirs):
+    # `requires` as written, so a lesson whose manifest does not validate yet still gets the interpreter.
+    if any("triton" in r.raw_requires for r in course.results.values()):
         if "TRITON_INTERPRET" not in os.environ and not capabilities.has_torch_cuda():
             os.environ["TRITON_INTERPRET"] = "1"
     try:

@@ -37,6 +37,7 @@ class LessonResult:
     title: str = ""
     title_en: str = ""
     lesson: manifest.Lesson | None = None
+    raw_requires: tuple[str, ...] = ()  # `requires` as written, even when the manifest is invalid
     rubric: rubric_mod.Rubric = field(default_factory=rubric_mod.Rubric)
     invalid: str = ""
     tests: dict[str, TestOutcome] = field(default_factory=dict)

@@ -304,3 +304,26 @@ def test_fixture_course_prints_the_table():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "demo-01  向量加法   4/4   2   2   2  10/10  PASS" in proc.stdout
     assert "Lessons passed: 1/1   Score: 10/10" in proc.stdout
+
+
+@pytest.mark.parametrize("valid", [True, False])
+def test_triton_lessons_get_the_interpreter_without_a_gpu(course, monkeypatch, valid):
+    from pytest_hpccourse import capabilities
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    probe = 'import os\n\ndef test_env():\n    print("INTERPRET=" + os.environ.get("TRITON_INTERPRET", "unset"))\n'
+    # An invalid manifest (one question short) must not cost the lesson its interpreter.
+    questions = QUESTIONS if valid else QUESTIONS[:QUESTIONS.index('[[questions]]\nid = "Q3"')]
+    write_lesson(course.path, "m/01", "demo-01", requires='["triton"]', test=probe, questions=questions)
+    write_lesson(course.path, "m/02", "demo-02")
+    result = course.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    expected = "unset" if capabilities.has_torch_cuda() else "1"
+    result.stdout.fnmatch_lines([f"*INTERPRET={expected}*"])
+
+
+def test_no_triton_lesson_no_interpreter(course, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    probe = 'import os\n\ndef test_env():\n    print("INTERPRET=" + os.environ.get("TRITON_INTERPRET", "unset"))\n'
+    write_lesson(course.path, "m/01", "demo-01", test=probe)
+    result = course.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*INTERPRET=unset*"])
