@@ -306,15 +306,17 @@ def test_fixture_course_prints_the_table():
     assert "Lessons passed: 1/1   Score: 10/10" in proc.stdout
 
 
+ENV_PROBE = 'import os\n\ndef test_env():\n    print("INTERPRET=" + os.environ.get("TRITON_INTERPRET", "unset"))\n'
+
+
 @pytest.mark.parametrize("valid", [True, False])
 def test_triton_lessons_get_the_interpreter_without_a_gpu(course, monkeypatch, valid):
     from pytest_hpccourse import capabilities
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    probe = 'import os\n\ndef test_env():\n    print("INTERPRET=" + os.environ.get("TRITON_INTERPRET", "unset"))\n'
     # An invalid manifest (one question short) must not cost the lesson its interpreter.
     questions = QUESTIONS if valid else QUESTIONS[:QUESTIONS.index('[[questions]]\nid = "Q3"')]
-    write_lesson(course.path, "m/01", "demo-01", requires='["triton"]', test=probe, questions=questions)
+    write_lesson(course.path, "m/01", "demo-01", requires='["triton"]', test=ENV_PROBE, questions=questions)
     write_lesson(course.path, "m/02", "demo-02")
     result = course.runpytest_subprocess("-s", "-p", "no:cacheprovider")
     expected = "unset" if capabilities.has_torch_cuda() else "1"
@@ -323,7 +325,6 @@ def test_triton_lessons_get_the_interpreter_without_a_gpu(course, monkeypatch, v
 
 def test_no_triton_lesson_no_interpreter(course, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    probe = 'import os\n\ndef test_env():\n    print("INTERPRET=" + os.environ.get("TRITON_INTERPRET", "unset"))\n'
-    write_lesson(course.path, "m/01", "demo-01", test=probe)
+    write_lesson(course.path, "m/01", "demo-01", test=ENV_PROBE)
     result = course.runpytest_subprocess("-s", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*INTERPRET=unset*"])
