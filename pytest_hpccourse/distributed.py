@@ -15,7 +15,7 @@ A rank that raises, dies or does not finish in time fails the call with a `RankE
 rank and carrying its traceback (or, for a hang, where it was stuck). Actors are pooled for the
 session; a call that may have left a rank stuck, or whose group never formed, kills the actors it
 used, so it cannot poison the next one. A group that fails to form (before any drill code ran) is
-tried again on fresh actors.
+tried again without the actors it used.
 
 Usage in a lesson test (the session fixture `ray_cluster` starts Ray once and shuts it down)::
 
@@ -338,7 +338,7 @@ class RaySession:
         self._pools: dict[float, list] = {}  # num_gpus per actor -> actor handles
         self._lock = threading.RLock()
         self._calls = itertools.count()
-        self.setup_retries = 0  # group setups that failed and were tried again on fresh actors
+        self.setup_retries = 0  # failed group setups that were tried again on other actors
         self.closed = False
 
     # -- context manager: `with ray_session() as s:` shuts down what it started ---------------
@@ -384,8 +384,8 @@ class RaySession:
         """Run `fn(rank, world_size, *args, **kwargs)` on a `torch.distributed` group.
 
         If the group itself fails to form (a rendezvous or connection error before any drill code
-        ran), the call is tried again on fresh actors, up to `_SETUP_ATTEMPTS` times in all: that
-        failure says nothing about `fn`.
+        ran), the call is tried again without the actors it used, `_SETUP_ATTEMPTS` times in all:
+        that failure says nothing about `fn`.
         """
         import ray
 

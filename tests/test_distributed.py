@@ -25,7 +25,9 @@ from pytest_hpccourse.distributed import (  # noqa: E402,F401 - ray_cluster is a
 
 # Under xdist (`--dist loadgroup`, as scripts/test runs it) every Ray test goes to one worker:
 # one Ray instance for the suite, not one per worker competing for the CI machine's two cores.
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("ray")]
+# The timeout only guards against a hang: on a saturated 2-core machine starting one actor (a
+# Python process importing torch) was measured at up to ~25 s, and some tests start several.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("ray")]
 
 
 # Rank functions live at module level: this test file is not importable inside the actors, so
@@ -144,7 +146,7 @@ def test_failed_call_does_not_poison_later_calls(ray_cluster):
 
 
 def test_actors_are_reused_unless_a_rank_may_be_stuck(ray_cluster):
-    # A group setup that failed (rare, on a loaded machine) is retried on fresh actors; only
+    # A group setup that failed (rare, on a loaded machine) is retried on other actors; only
     # calls without such a retry can show the pooling.
     retries = ray_cluster.setup_retries
     pids = run_ranks(_pid, 2)
@@ -198,20 +200,19 @@ def test_group_setup_failure_is_reported_as_setup():
     assert not torch.distributed.is_initialized()
 
 
-@pytest.mark.timeout(300)  # three setups, each on freshly started actors (slow on a loaded machine)
-def test_failed_group_setup_is_retried_on_fresh_actors(ray_cluster):
-    pids = run_ranks(_pid, 2)
+def test_failed_group_setup_is_retried_without_its_actors(ray_cluster):
+    pids = run_ranks(_pid, 1)
     retries = ray_cluster.setup_retries
     with pytest.raises(RankError) as info:
-        run_ranks(_pid, 2, backend="no-such-backend", timeout=30)
+        run_ranks(_pid, 1, backend="no-such-backend", timeout=30)
     assert ray_cluster.setup_retries == retries + distributed._SETUP_ATTEMPTS - 1
     err = info.value
     assert err.in_setup and not err.ranks_clean and "no-such-backend" in str(err)
     # A rank whose setup failed keeps torch.distributed state that breaks its next setup (the
     # default group's name is a counter bumped before the rendezvous); mixed with a fresh rank it
     # would wait for keys nobody writes. Those actors must be gone.
-    out = run_ranks(_pid, 3, timeout=60)
-    assert len(set(out)) == 3 and set(out).isdisjoint(pids)
+    out = run_ranks(_pid, 2, timeout=60)
+    assert len(set(out)) == 2 and set(out).isdisjoint(pids)
 
 
 def test_run_actors_passes_messages_in_order_and_counts_bytes(ray_cluster):
