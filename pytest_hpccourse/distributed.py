@@ -354,6 +354,10 @@ class RaySession:
 
         pool = self._pools.setdefault(num_gpus, [])
         if len(pool) < n:
+            gpus = ray.cluster_resources().get("GPU", 0)
+            if num_gpus and gpus < n * num_gpus:  # Ray would wait forever to place the actors
+                raise RuntimeError(f"backend='nccl' needs one GPU per rank: {n} ranks, but the Ray "
+                                   f"cluster has {gpus:g} GPU(s); use backend='gloo' on CPU")
             _register_local_modules()  # a dev checkout ships this very module by value
             cls = ray.remote(_Worker).options(num_cpus=0, num_gpus=num_gpus,
                                               max_concurrency=_MAX_CONCURRENCY)

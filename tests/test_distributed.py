@@ -231,6 +231,16 @@ def test_comm_rejects_non_tensors(ray_cluster):
     assert "TypeError: Comm.send carries tensors only" in str(info.value)
 
 
+def test_nccl_without_enough_gpus_fails_at_once(ray_cluster):
+    import ray
+
+    ranks = int(ray.cluster_resources().get("GPU", 0)) + 1
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="needs one GPU per rank"):
+        run_ranks(_pid, ranks, backend="nccl")
+    assert time.monotonic() - t0 < 30  # not left waiting for GPUs that do not exist
+
+
 def test_world_size_is_validated(ray_cluster):
     with pytest.raises(ValueError):
         run_ranks(_identify, 0, 1.0)
