@@ -318,9 +318,10 @@ def test_triton_lessons_get_the_interpreter_without_a_gpu(course, monkeypatch, v
     questions = QUESTIONS if valid else QUESTIONS[:QUESTIONS.index('[[questions]]\nid = "Q3"')]
     write_lesson(course.path, "m/01", "demo-01", requires='["triton"]', test=ENV_PROBE, questions=questions)
     write_lesson(course.path, "m/02", "demo-02")
-    result = course.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result = course.runpytest_subprocess("-s", "-p", "no:cacheprovider", "--course-report")
     expected = "unset" if capabilities.has_torch_cuda() else "1"
     result.stdout.fnmatch_lines([f"*INTERPRET={expected}*"])
+    assert ("INVALID" in result.stdout.str()) == (not valid)  # the manifest really is (in)valid
 
 
 def test_no_triton_lesson_no_interpreter(course, monkeypatch):
