@@ -1,10 +1,15 @@
 """`hpccourse check`: prove every lesson sound.
 
-    hpccourse check [PATHS ...] [-j N] [--strict] [--json PATH] [--timeout S]
+    hpccourse check [PATHS ...] [-j N] [--strict] [--static] [--json PATH] [--timeout S]
 
 For each lesson, in its own temporary copy of the module (the source tree is never written to):
 1. lesson.toml validates (manifest.load_lesson), every `files` entry has well-formed solution
    regions and at least one region among them, at least one `[[mutants]]`, no scaffold placeholder;
+   and the static rules of audit.py hold: formula keys evaluate and accept equivalent rewrites,
+   mutants edit solution regions, the README copies no solution lines; across the lessons checked
+   (plus the other lessons of their modules): choice/multi keys are not guessable per module and
+   no two questions share a prompt (or a formula key up to variable names). These run first,
+   without pytest (`--static`: only these); docs/lesson-api.md "What check enforces" lists them;
 2. the reference scores full marks (code and Q1-Q3, with the reference answers.yaml);
 3. the student release of that copy (release.py, with keys) scores 0 on code and on every question;
 4. every mutant's `find` occurs exactly `count` times, and applying it makes at least one code test
@@ -33,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import manifest, release
+from . import audit, manifest, release
 from .regions import RegionError, find_regions
 from .report import clip, num, pad, width
 
@@ -113,8 +118,8 @@ class Runner:
             cmd[3:3] = ["-p", PLUGIN]
         report.unlink(missing_ok=True)
         try:
-            proc = subprocess.run(cmd, cwd=cwd, env=self.env(), capture_output=True, text=True,
-                                  timeout=self.timeout, errors="replace")
+            proc = subprocess.run(cmd, check=False, cwd=cwd, env=self.env(), capture_output=True,
+                                  text=True, timeout=self.timeout, errors="replace")
         except subprocess.TimeoutExpired:
             return None, f"timed out after {self.timeout:g} s"
         output = (proc.stdout + proc.stderr).strip()
@@ -252,7 +257,11 @@ def _copy_lesson_module(lesson_dir: Path, stage: Path) -> str:
 
 
 def check_lesson(lesson_dir: Path, runner: Runner, display: str,
-                 course: Path | None = None) -> LessonCheck:
+                 course: Path | None = None, *, reasons: Sequence[str] = (),
+                 static_only: bool = False) -> LessonCheck:
+    """Check one lesson. `reasons`: cross-lesson findings for it (audit.audit_course), recorded
+    with the static ones; `static_only`: stop after the static rules (the lesson is then at best
+    UNPROVEN: nothing was run)."""
     started = time.perf_counter()
     res = LessonCheck(path=display, id=manifest.read_id(lesson_dir) or lesson_dir.name)
     try:
@@ -262,6 +271,15 @@ def check_lesson(lesson_dir: Path, runner: Runner, display: str,
         return _done(res, started)
     res.id = lesson.id
     _static_checks(lesson, res)
+    try:
+        static = audit.lesson_reasons(lesson, audit.formula_points(lesson_dir))
+    except Exception as e:  # noqa: BLE001  # a bug in a rule costs this lesson, not the whole check
+        static = [f"static rules failed: {type(e).__name__}: {e}"]
+    for reason in [*static, *reasons]:
+        res.fail(reason)
+    if static_only:
+        res.unproven.append("static rules only (--static): reference, blank and mutants not run")
+        return _done(res, started)
     course = course or release.find_course_root(lesson_dir.parent)
     with tempfile.TemporaryDirectory(prefix=f"hpccourse-check-{lesson.id}-") as tmp_name:
         tmp = Path(tmp_name)
@@ -323,9 +341,19 @@ def _done(res: LessonCheck, started: float) -> LessonCheck:
 # many lessons
 
 
-def check_paths(paths: Sequence[Path], jobs: int, runner: Runner,
-                progress: Callable[[LessonCheck, int, int], None] | None = None) -> list[LessonCheck]:
+def course_audit(paths: Sequence[Path]) -> audit.CourseAudit:
+    """The cross-lesson rules over the lessons under `paths` and the other lessons of their
+    modules (a lesson checked alone is still compared with its siblings)."""
     dirs = list(manifest.iter_lesson_dirs(paths))
+    scope = sorted(set(dirs) | set(manifest.iter_lesson_dirs({d.parent for d in dirs})))
+    return audit.audit_course(audit.load_lessons(scope))
+
+
+def check_paths(paths: Sequence[Path], jobs: int, runner: Runner,
+                progress: Callable[[LessonCheck, int, int], None] | None = None, *,
+                course: audit.CourseAudit | None = None, static_only: bool = False) -> list[LessonCheck]:
+    dirs = list(manifest.iter_lesson_dirs(paths))
+    course = course if course is not None else course_audit(paths)
     ids: dict[str, str] = {}
     duplicates: dict[Path, str] = {}
     for d in dirs:
@@ -336,7 +364,9 @@ def check_paths(paths: Sequence[Path], jobs: int, runner: Runner,
             ids[lid] = manifest.display_path(d)
     results: list[LessonCheck] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(check_lesson, d, runner, manifest.display_path(d)): d for d in dirs}
+        futures = {pool.submit(check_lesson, d, runner, manifest.display_path(d),
+                               reasons=course.reasons.get(d, ()), static_only=static_only): d
+                   for d in dirs}
         for fut in as_completed(futures):
             res = fut.result()
             if futures[fut] in duplicates:
@@ -387,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900.0,
                    help="seconds one pytest run may take (default 900)")
     p.add_argument("--strict", action="store_true", help="UNPROVEN lessons fail the check too")
+    p.add_argument("--static", action="store_true",
+                   help="only the static rules (no pytest run): seconds for the whole course")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, no details")
     return p
@@ -407,7 +439,8 @@ def main(args: Sequence[str] | None = None) -> int:
         if not ns.quiet:
             print(f"[{done}/{total}] {res.id} {res.verdict} ({res.seconds:.1f}s)", flush=True)
 
-    results = check_paths(paths, jobs, runner, progress)
+    course = course_audit(paths)
+    results = check_paths(paths, jobs, runner, progress, course=course, static_only=ns.static)
     elapsed = time.perf_counter() - started
     if not results:
         print(f"hpccourse check: no lesson.toml under {', '.join(map(str, paths))}", file=sys.stderr)
@@ -415,6 +448,9 @@ def main(args: Sequence[str] | None = None) -> int:
     columns = shutil.get_terminal_size((120, 24)).columns
     print()
     print("\n".join(table(results, columns)))
+    if course.modules:  # the distribution of choice/multi keys, even when it passes
+        print()
+        print("\n".join(stats.line() for stats in course.modules))
     if not ns.quiet:
         print()
         print("\n".join(details(results)))

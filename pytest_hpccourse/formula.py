@@ -160,6 +160,17 @@ def _finite(value: float) -> float:
     return float(value)
 
 
+def sample_point(rng: random.Random, variables: Sequence[str], domain: tuple[float, float],
+                 whole: bool) -> dict[str, float]:
+    """One sample point: each variable log-uniform over `domain`; with `whole`, rounded to a whole
+    number >= 2 (formulas with ceil/floor or N-1 terms must match at whole numbers too)."""
+    lo, hi = math.log(domain[0]), math.log(domain[1])
+    values = {name: math.exp(rng.uniform(lo, hi)) for name in variables}
+    if whole:
+        values = {name: float(max(2, round(v))) for name, v in values.items()}
+    return values
+
+
 def equivalent(answer: str, key: str, variables: Sequence[str], *, points: int = 24,
                rel_tol: float = 1e-6, domain: tuple[float, float] = (1.0, 1000.0),
                seed: int = 0) -> tuple[bool, str]:
@@ -174,15 +185,11 @@ def equivalent(answer: str, key: str, variables: Sequence[str], *, points: int =
         return False, f"formula rejected: {exc}"
     reference = compile_expression(key, variables)
     rng = random.Random(seed)
-    lo, hi = math.log(domain[0]), math.log(domain[1])
     checked = 0
     for _ in range(points * 10):
         if checked >= points:
             break
-        values = {name: math.exp(rng.uniform(lo, hi)) for name in variables}
-        # Integers too: formulas with ceil/floor or N-1 terms must match at whole numbers.
-        if checked % 2:
-            values = {name: float(max(2, round(v))) for name, v in values.items()}
+        values = sample_point(rng, variables, domain, whole=bool(checked % 2))
         try:
             expected = reference(values)
         except FormulaError:

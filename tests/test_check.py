@@ -70,8 +70,8 @@ def test_planted_lessons_are_unsound_with_reasons(tmp_path: Path):
     assert survivor["verdict"] == "UNSOUND" and survivor["blank"] == "0/10"
     assert survivor["reasons"] == [
         "mutant 1 (negative inputs pass through) survived: every code test passes",
-        "mutant 2 (find text that is not in the reference) does not apply: "
-        "find text occurs 0 time(s), count = 1",
+        ("mutant 2 (find text that is not in the reference) does not apply: "
+         "find text occurs 0 time(s), count = 1"),
     ]
     table = out.split("\n\n")[1]
     assert table.splitlines()[0].split() == ["lesson", "verdict", "reference", "blank", "mutants",
@@ -269,3 +269,49 @@ def test_mutant_surviving_only_where_gpu_tests_are_skipped_is_unproven(lesson: P
     assert res.verdict == "UNPROVEN" and res.reasons == []
     assert res.unproven == ["mutant 1: passes the tests that ran; skipped: NEEDS cuda-gpu (this test only)",
                             "mutant 2: passes the tests that ran; skipped: NEEDS cuda-gpu (this test only)"]
+
+
+# ---- the static rules (audit.py) run before any pytest run and are UNSOUND reasons -----------
+
+def test_static_rules_are_reasons_before_the_runs(lesson: Path):
+    toml = lesson / "lesson.toml"
+    toml.write_text(toml.read_text().replace('find = "alpha * x[start:stop]"',
+                                             'find = "def axpy("').replace('replace = "x[start:stop]"',
+                                                                           'replace = "def axpy_("'))
+    (lesson / "README.md").write_text("```python\nfor start in range(0, n, BLOCK):\n"
+                                      "    stop = min(start + BLOCK, n)\n```\n")
+    stub = StubRunner(entry("demo-01", (4.0, "PASS")), entry("demo-01", (0.0, "FAIL"), (0, 0, 0)), GOOD_MUTANT)
+    res = check.check_lesson(lesson, stub, "x")
+    assert res.verdict == "UNSOUND"
+    assert res.reasons == [
+        ("mutant 2 (forgets the scale factor) edits axpy.py:8 outside every solution region: "
+         "a mutant must change what the learner writes"),
+        ("README.md:2 copies two consecutive lines of the solution region axpy.py:11-16: "
+         "'for start in range(0, n, BLOCK):' / 'stop = min(start + BLOCK, n)'; hints state invariants "
+         "and shapes, not code"),
+    ]
+    assert stub.calls == ["ref", "blank", "mutant", "mutant"]  # the runs still report their part
+
+
+def test_static_only_runs_nothing(lesson: Path):
+    stub = StubRunner(None, None)
+    res = check.check_lesson(lesson, stub, "x", static_only=True)
+    assert stub.calls == [] and res.verdict == "UNPROVEN" and res.reasons == []
+    res = check.check_lesson(lesson, stub, "x", reasons=["module 00-demo: planted"], static_only=True)
+    assert res.verdict == "UNSOUND" and res.reasons == ["module 00-demo: planted"]
+
+
+def test_module_rules_reach_every_lesson_of_the_module_and_print_a_line(lesson: Path, monkeypatch):
+    for folder in (lesson, lesson.parent / "02-scan"):  # both keys now the longest option
+        toml = folder / "lesson.toml"
+        toml.write_text(toml.read_text().replace('"C. PCIe 带宽 (host-to-device)"', '"C. PCIe"')
+                        .replace(' (naive, one sum per prefix)"', '"'))
+    stub = StubRunner(entry("demo-01", (4.0, "PASS")), entry("demo-01", (0.0, "FAIL"), (0, 0, 0)), GOOD_MUTANT)
+    monkeypatch.setattr(check, "Runner", lambda **_: stub)
+    rc, out = run_main(str(lesson.parent), "-j", "1")
+    assert rc == 1
+    reason = ("module 00-demo: the keyed option is the longest in 2 of 2 choice/multi questions "
+              "(100% > 60%)")
+    assert out.count(f"UNSOUND: {reason}") == 2
+    assert ("module 00-demo: choice keys A0 B1 C0 D0 (of 1); multi keys A1 B0 C1 D0 (of 1); "
+            "keyed option longest in 2/2: UNSOUND") in out.split("\n\n")[2]
