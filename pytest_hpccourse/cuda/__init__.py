@@ -16,25 +16,62 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import cpu, gpu
 from . import source as _source
-from .args import (CudaArgumentError, HostBuffer, ParamInfo, host_buffer, is_cupy, is_torch, launch_config,
-                   merge_params, pack_scalar)
-from .errors import (CudaCompileError, CudaCrashError, CudaDeadlockError, CudaError, CudaLaunchError,
-                     CudaOrderDependenceError, CudaOutOfBoundsError, CudaRaceError, CudaTimeoutError,
-                     CudaUninitializedError, CudaUnsupportedError)
+from .args import (
+    CudaArgumentError,
+    ParamInfo,
+    host_buffer,
+    is_cupy,
+    is_torch,
+    launch_config,
+    merge_params,
+    pack_scalar,
+)
+from .errors import (
+    CudaCompileError,
+    CudaCrashError,
+    CudaDeadlockError,
+    CudaError,
+    CudaLaunchError,
+    CudaOrderDependenceError,
+    CudaOutOfBoundsError,
+    CudaRaceError,
+    CudaTimeoutError,
+    CudaUninitializedError,
+    CudaUnsupportedError,
+)
 
 __all__ = [
-    "load", "check", "backend", "available", "emulator_available", "Module", "Kernel", "CheckResult", "MainResult",
-    "CudaError", "CudaCompileError", "CudaUnsupportedError", "CudaLaunchError", "CudaArgumentError", "CudaRaceError",
-    "CudaUninitializedError", "CudaOrderDependenceError", "CudaOutOfBoundsError", "CudaDeadlockError",
-    "CudaTimeoutError", "CudaCrashError",
+    "CheckResult",
+    "CudaArgumentError",
+    "CudaCompileError",
+    "CudaCrashError",
+    "CudaDeadlockError",
+    "CudaError",
+    "CudaLaunchError",
+    "CudaOrderDependenceError",
+    "CudaOutOfBoundsError",
+    "CudaRaceError",
+    "CudaTimeoutError",
+    "CudaUninitializedError",
+    "CudaUnsupportedError",
+    "Kernel",
+    "MainResult",
+    "Module",
+    "available",
+    "backend",
+    "check",
+    "emulator_available",
+    "gmem_counters",
+    "load",
 ]
 
 ORDERS = ("fwd", "rev", "rand")
@@ -113,7 +150,7 @@ class Module:
         if self.backend not in ("cpu", "gpu"):
             raise ValueError("backend must be 'cpu' or 'gpu'")
         if self.backend == "cpu" and not emulator_available():
-            ok, why = cpu.supported_platform()
+            _ok, why = cpu.supported_platform()
             raise CudaUnsupportedError(why or f"no C++ compiler ({cpu.compiler()}) for the CUDA emulator",
                                        kind="platform")
         if order not in ORDERS:
@@ -182,7 +219,7 @@ class Module:
     def kernel_names(self) -> list[str]:
         return list(self._src_kernels)
 
-    def __getattr__(self, name: str) -> "Kernel":
+    def __getattr__(self, name: str) -> Kernel:
         if name.startswith("_"):
             raise AttributeError(name)
         k = self.__dict__.get("_src_kernels", {}).get(name)
@@ -193,13 +230,13 @@ class Module:
             raise AttributeError(f"`{name}` is a template kernel: use mod[\"{name}<...>\"] with its template arguments")
         return self._kernel(name)
 
-    def _kernel(self, spec: str) -> "Kernel":
+    def _kernel(self, spec: str) -> Kernel:
         objs = self.__dict__.setdefault("_kernel_objs", {})
         if spec not in objs:
             objs[spec] = Kernel(self, spec)
         return objs[spec]
 
-    def __getitem__(self, spec: str) -> "Kernel":
+    def __getitem__(self, spec: str) -> Kernel:
         spec = _norm_spec(spec)
         base, targs = _source.split_template_name(spec)
         k = self._src_kernels.get(base)
@@ -238,7 +275,7 @@ class Kernel:
         self.name, self.template_args = _source.split_template_name(spec)
         self.stats: dict = {}
 
-    def __getitem__(self, cfg) -> "_Launcher":
+    def __getitem__(self, cfg) -> _Launcher:
         if not isinstance(cfg, tuple):
             cfg = (cfg,)
         grid, block, smem = launch_config(cfg)
@@ -335,6 +372,38 @@ class CheckResult:
     @property
     def smem_accesses(self) -> int | None:
         return self.stats.get("smem_accesses")
+
+    @property
+    def gmem_atomics(self) -> int | None:
+        """Atomic operations on global memory (every thread-level atomic*, CAS included), race build only."""
+        return self.stats.get("gmem_atomics")
+
+    @property
+    def smem_atomics(self) -> int | None:
+        """Atomic operations on shared memory, race build only."""
+        return self.stats.get("smem_atomics")
+
+    @property
+    def gmem_loads(self) -> int | None:
+        """Thread-level loads from global memory (a float4 load is one load of 16 bytes), race build only."""
+        return self.stats.get("gmem_loads")
+
+    def gmem(self, name: str) -> dict:
+        """Counters of one array argument, by its parameter name: `bytes` (its size), `loads`, `load_bytes`,
+        `bytes_read` (distinct bytes read at least once), `max_reads_per_byte` (saturates at 255), `stores`,
+        `store_bytes`, `atomics`. Race build only (KeyError otherwise)."""
+        return gmem_counters(self.stats, name)
+
+
+def gmem_counters(stats: dict, name: str) -> dict:
+    """The per-argument global-memory counters of a race-build launch's `stats` (see CheckResult.gmem)."""
+    by_arg = stats.get("gmem_by_arg")
+    if by_arg is None:
+        raise KeyError("no global-memory counters in these stats: they come from the emulator's race build "
+                       "(cuda.load(path, backend='cpu', build='race'), or cuda.check(..., race=True) on the CPU)")
+    if name not in by_arg:
+        raise KeyError(f"no array argument named `{name}` (arguments: {', '.join(by_arg) or 'none'})")
+    return dict(by_arg[name])
 
 
 def _snapshot(v: Any) -> Any:

@@ -6,13 +6,12 @@ variants; HPCCOURSE_CUDA=gpu|cpu forces a backend."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pytest_hpccourse import cuda
-
-from pathlib import Path
 
 KERNELS = Path(__file__).parent / "kernels"
 
@@ -278,7 +277,7 @@ def test_intrinsics_and_vector_types():
     cuda.check(mod.int_vectors, (1, 128), (v, o, n))
     clz = np.array([32 - int(y).bit_length() for y in v[:, 1]])
     ffs = np.array([(int(z) & -int(z)).bit_length() for z in v[:, 2]])
-    popc = np.array([bin(int(x)).count("1") for x in v[:, 0]])
+    popc = np.array([int(x).bit_count() for x in v[:, 0]])
     np.testing.assert_array_equal(o[:, 0], np.minimum(v[:, 0], v[:, 1]) + np.maximum(v[:, 2], v[:, 3]))
     np.testing.assert_array_equal(o[:, 1], popc + clz + ffs)
 
@@ -288,7 +287,9 @@ def test_warp_votes_match_reduce_activemask():
     key = rng.integers(0, 4, 32).astype(np.int32)
     active, match, red = np.zeros(32, np.uint32), np.zeros(32, np.uint32), np.zeros(32, np.uint32)
     counts = np.zeros(1, np.int32)
-    cuda.check(mod.warp_misc, (1, 32), (key, active, match, red, counts))
+    # fwd/rev only: in the random order __activemask() may name just the lanes that arrived together
+    # (test_counters_and_activemask.py covers that)
+    cuda.check(mod.warp_misc, (1, 32), (key, active, match, red, counts), orders=("fwd", "rev"))
     assert counts[0] == (key > 2).sum()
     for t in range(32):
         assert match[t] == sum(1 << s for s in range(32) if key[s] == key[t])

@@ -10,7 +10,8 @@
 // Pass 1 reads the row once and keeps, per lane, a running max m and a running sum
 // d = sum_j exp(x_j - m); the 32 lane states are then merged with shuffles. Pass 2 reads the
 // row again and writes exp(x - m) / d. Two reads + one write, instead of the three reads + one
-// write of the max / sum / normalize formulation.
+// write of the max / sum / normalize formulation (the tests count the reads of x).
+// Both solution regions are yours: the rescale helper below and the body of the row loop.
 
 #define FULL_MASK 0xffffffffu
 #ifndef LOADS
@@ -19,12 +20,15 @@
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
+// HINT: a helper for the factor that brings a sum taken relative to m_old to m_new >= m_old; decide what it must be for an empty state (m_old = -inf, d = 0).
+// BEGIN SOLUTION
 // exp(m_old - m_new), the factor that rescales a sum taken relative to m_old so that it is
 // relative to m_new (>= m_old). A state that has seen nothing (m_old = -inf) has d = 0 and must
 // stay 0: computing exp(-inf - (-inf)) would give exp(NaN) = NaN.
 __device__ __forceinline__ float rescale(float m_old, float m_new) {
     return m_old == neg_inf() ? 0.0f : expf(m_old - m_new);
 }
+// END SOLUTION
 
 __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
     int lane = threadIdx.x;

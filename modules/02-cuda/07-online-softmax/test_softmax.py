@@ -7,7 +7,8 @@ more; expf is accurate to 2 ulp on the GPU (CUDA C++ Programming Guide, "Mathema
 and the output adds one expf, one reciprocal and one multiply. So
     |y - ref| <= (2 * (ceil(cols/32) + 5) * 2^-24 + 8 * 2^-23) * ref  (+ 1e-30 absolute),
 well under 1e-4 for these sizes and far below any real bug (a forgotten rescale is off by factors).
-Outputs are poisoned with NaN before each launch.
+Outputs are poisoned with NaN before each launch. The emulator's load counters check that x is read
+at most twice per element (the online method), not three times (max, then sum, then normalize).
 """
 
 import math
@@ -31,7 +32,7 @@ def _ref(x):
 
 
 def _check(y, x, what):
-    rows, cols = x.shape
+    _rows, cols = x.shape
     ref = _ref(x)
     rtol = 2 * (math.ceil(cols / 32) + 5) * 2.0**-24 + 8 * 2.0**-23
     assert not np.isnan(y).any(), f"{what}: NaN in output (unwritten element or exp(-inf - -inf))"
@@ -93,6 +94,28 @@ def test_fewer_warps_than_rows(lesson):
     y = np.full_like(x, np.nan)
     mod.softmax_rows[2, (32, WARPS), 0](x, y, rows, cols)
     _check(y, x, "grid of 2 blocks")
+
+
+@pytest.mark.points(2)
+def test_reads_x_at_most_twice(lesson):
+    """The point of the online merge, counted: the emulator's race build counts, per byte of x, how
+    many thread-level loads read it. The online softmax reads each element twice (pass 1 for (m, d),
+    pass 2 to normalize); the max / sum / normalize formulation reads it three times. The counters
+    exist only in the emulator, so this test runs there on every machine (same grade on CPU and GPU)."""
+    mod = cuda.load(lesson.path("softmax.cu"), backend="cpu", build="race")
+    rng = np.random.default_rng(706)
+    rows, cols = 6, 700  # 700 is not a multiple of 32 * LOADS
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    kernel = mod.softmax_rows
+    kernel[_launch(rows)](x, y, rows, cols)
+    _check(y, x, "race build")
+    c = cuda.gmem_counters(kernel.stats, "x")
+    assert c["bytes_read"] == x.nbytes, f"only {c['bytes_read']} of the {x.nbytes} bytes of x were read"
+    assert c["max_reads_per_byte"] <= 2 and c["load_bytes"] <= 2 * x.nbytes, (
+        f"x is read {c['load_bytes'] / x.nbytes:.2f} times per element (some element {c['max_reads_per_byte']} "
+        f"times): the online softmax needs 2 reads (one pass for the running (max, sum), one to normalize), "
+        f"a max / sum / normalize softmax needs 3")
 
 
 @pytest.mark.points(1)

@@ -329,6 +329,8 @@ struct Buf {
     bool from_malloc;
 #ifdef HPCCOURSE_CHECKED
     struct GShadow* shadow;
+    uint8_t* reads;         // per byte: how many thread-level loads read it (saturates at 255)
+    unsigned long long loads, load_bytes, stores, store_bytes, atomics;
 #endif
 };
 std::vector<Buf> g_bufs;
@@ -376,6 +378,9 @@ struct BankGroup {
 };
 std::unordered_map<BankKey, int, BankKeyHash> g_bank_index;
 std::vector<BankGroup> g_bank_groups;
+// global/shared traffic counters (every launch of the checked build)
+unsigned long long st_gmem_loads = 0, st_gmem_load_bytes = 0, st_gmem_stores = 0, st_gmem_store_bytes = 0;
+unsigned long long st_gmem_atomics = 0, st_smem_atomics = 0;
 unsigned long long st_ld_req = 0, st_st_req = 0, st_ld_wave = 0, st_st_wave = 0, st_ld_conf = 0, st_st_conf = 0;
 std::unordered_map<uintptr_t, unsigned long long> g_conf_by_pc;
 
@@ -521,6 +526,7 @@ void shared_access(size_t off, size_t n, int kind, uintptr_t pc) {
             return;
         }
     if (g_banks) bank_record(f, pc, off, n, kind != 0);
+    if (kind == 2) st_smem_atomics++;
     const uint16_t me = (uint16_t)(f->linear + 1);
     const uint32_t we = g_wsync[f->warp];
     for (size_t i = 0; i < n; i++) {
@@ -621,7 +627,28 @@ void global_access(uintptr_t a, size_t n, int kind, uintptr_t pc) {
         }
         return;
     }
-    if (kind == 0 || !b->shadow) return;
+    if (kind == 0) {
+        st_gmem_loads++;
+        st_gmem_load_bytes += n;
+        b->loads++;
+        b->load_bytes += n;
+        if (b->reads)
+            for (size_t i = 0; i < n; i++) {
+                uint8_t* c = &b->reads[a - b->lo + i];
+                if (*c != 255) ++*c;
+            }
+        return;
+    }
+    if (kind == 2) {
+        st_gmem_atomics++;
+        b->atomics++;
+    } else {
+        st_gmem_stores++;
+        st_gmem_store_bytes += n;
+        b->stores++;
+        b->store_bytes += n;
+    }
+    if (!b->shadow) return;
     for (uintptr_t w = (a - b->lo) / 4; w <= (a + n - 1 - b->lo) / 4; w++) {
         uintptr_t wlo = b->lo + w * 4;
         uint8_t mask = 0;
@@ -683,6 +710,32 @@ void write_stats(Out& o) {
              [] { size_t s = 0; for (const SmemVar& v : g_vars) s += v.size; return s; }(), g_dyn_size);
     o.raw(t);
 #ifdef HPCCOURSE_CHECKED
+    snprintf(t, sizeof t,
+             ",\"gmem_loads\":%llu,\"gmem_load_bytes\":%llu,\"gmem_stores\":%llu,\"gmem_store_bytes\":%llu,"
+             "\"gmem_atomics\":%llu,\"smem_atomics\":%llu,\"gmem_by_arg\":{",
+             st_gmem_loads, st_gmem_load_bytes, st_gmem_stores, st_gmem_store_bytes, st_gmem_atomics, st_smem_atomics);
+    o.raw(t);
+    bool first_buf = true;
+    for (const Buf& b : g_bufs) {
+        if (b.from_malloc && b.name.rfind("cudaMalloc'd", 0) == 0 && !b.loads && !b.stores && !b.atomics) continue;
+        size_t nb = (size_t)(b.hi - b.lo);
+        unsigned long long touched = 0;
+        unsigned maxr = 0;
+        if (b.reads)
+            for (size_t i = 0; i < nb; i++) {
+                if (b.reads[i]) touched++;
+                if (b.reads[i] > maxr) maxr = b.reads[i];
+            }
+        if (!first_buf) o.raw(",");
+        first_buf = false;
+        o.str(b.name.c_str());
+        snprintf(t, sizeof t,
+                 ":{\"bytes\":%zu,\"elem\":%d,\"loads\":%llu,\"load_bytes\":%llu,\"bytes_read\":%llu,"
+                 "\"max_reads_per_byte\":%u,\"stores\":%llu,\"store_bytes\":%llu,\"atomics\":%llu}",
+                 nb, b.elem, b.loads, b.load_bytes, touched, maxr, b.stores, b.store_bytes, b.atomics);
+        o.raw(t);
+    }
+    o.raw("}");
     if (g_banks) {
         snprintf(t, sizeof t,
                  ",\"smem_load_requests\":%llu,\"smem_store_requests\":%llu,\"smem_load_wavefronts\":%llu,"
@@ -1030,23 +1083,36 @@ bool try_complete(int warp, const WarpOp* op) {
     return true;
 }
 
+// Hand the lanes of f's warp that wait at f's __activemask() call the mask of exactly those lanes.
+void resolve_activemask_of(Fiber* f) {
+    unsigned m = 0;
+    const int base = f->warp * 32;
+    for (int l = 0; l < 32 && base + l < g_nthreads; l++) {
+        Fiber* g = &g_fibers[base + l];
+        if (g->state == F_ACTIVEMASK && g->wline == f->wline && g->wfile == f->wfile) m |= 1u << l;
+    }
+    for (int l = 0; l < 32 && base + l < g_nthreads; l++) {
+        if (!(m >> l & 1u)) continue;
+        Fiber* g = &g_fibers[base + l];
+        g->op->result = m;
+        g->state = F_RUNNABLE;
+    }
+}
+
+// Random order only: after a lane arrives at __activemask(), with probability 1/4 the lanes of its
+// warp that are waiting there now get their mask at once, before the rest of the warp arrives. The
+// CUDA Programming Guide promises only the lanes that are converged at the call, and since Volta
+// the lanes of a warp need not be converged even without a divergent branch; code that uses
+// __activemask() as if it named the whole warp then sees a partial mask (seeded, reproducible).
+void maybe_split_activemask(Fiber* f) {
+    if (g_order == 2 && f->state == F_ACTIVEMASK && (rng_next() >> 32) % 4 == 0) resolve_activemask_of(f);
+}
+
 bool resolve_activemask() {
     bool any = false;
     for (int i = 0; i < g_nthreads; i++) {
-        Fiber* f = &g_fibers[i];
-        if (f->state != F_ACTIVEMASK) continue;
-        unsigned m = 0;
-        const int base = f->warp * 32;
-        for (int l = 0; l < 32 && base + l < g_nthreads; l++) {
-            Fiber* g = &g_fibers[base + l];
-            if (g->state == F_ACTIVEMASK && g->wline == f->wline && g->wfile == f->wfile) m |= 1u << l;
-        }
-        for (int l = 0; l < 32 && base + l < g_nthreads; l++) {
-            if (!(m >> l & 1u)) continue;
-            Fiber* g = &g_fibers[base + l];
-            g->op->result = m;
-            g->state = F_RUNNABLE;
-        }
+        if (g_fibers[i].state != F_ACTIVEMASK) continue;
+        resolve_activemask_of(&g_fibers[i]);
         any = true;
     }
     return any;
@@ -1162,6 +1228,7 @@ void run_block() {
             progressed = true;
             switch_to_fiber(f);
             if (g_abort) return;
+            maybe_split_activemask(f);
         }
         if (g_live == 0) break;
         if (!progressed) {
@@ -1323,6 +1390,10 @@ void* device_malloc(size_t n, int kind) {
                                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
                      : nullptr;
     if (b.shadow == MAP_FAILED) b.shadow = nullptr;
+    b.reads = n ? (uint8_t*)mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                : nullptr;
+    if (b.reads == MAP_FAILED) b.reads = nullptr;
+    b.loads = b.load_bytes = b.stores = b.store_bytes = b.atomics = 0;
     g_glo = std::min(g_glo, b.lo - GMEM_RZ);
     g_ghi = std::max(g_ghi, b.hi + GMEM_RZ);
 #endif
@@ -1335,6 +1406,7 @@ void device_free(void* p) {
         if (g_bufs[i].lo == (uintptr_t)p) {
 #ifdef HPCCOURSE_CHECKED
             if (g_bufs[i].shadow) munmap(g_bufs[i].shadow, (g_bufs[i].hi - g_bufs[i].lo + 3) / 4 * sizeof(GShadow));
+            if (g_bufs[i].reads) munmap(g_bufs[i].reads, g_bufs[i].hi - g_bufs[i].lo);
 #endif
             free(g_bufs[i].base);
             g_bufs.erase(g_bufs.begin() + (long)i);
