@@ -1,7 +1,8 @@
 // cuda-03: shared-memory tree reduction (sum), two passes over the grid.
 //
 // reduce_sum(in, partial, n): block b writes partial[b] = sum of the elements it owns.
-// Pass 1: grid G, block T (a power of two), dynamic shared memory T * sizeof(float):
+// Pass 1: grid G, block T (a power of two, 32 <= T <= 1024: any of 32, 64, ..., 1024),
+//         dynamic shared memory T * sizeof(float):
 //         partial[0..G) from in[0..n).
 // Pass 2: grid 1, same block: out[0] = sum of partial[0..G).
 // Each thread first sums a grid-stride slice of the input in a register (so G can be small,

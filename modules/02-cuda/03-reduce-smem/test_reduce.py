@@ -8,6 +8,8 @@ accumulators combined) + log2(T) in pass 1, plus ceil(G / T) + 2 + log2(T) in pa
 2 * D * u * sum|x|. That is tight enough that dropping or
 double-counting any single input (|x| ~ 1) fails.
 Partial sums and the result are poisoned with NaN before the launches.
+Block sizes: the contract allows every power of two from 32 to 1024, and every one of them is run
+(a tree that unrolls its last warp assuming T >= 64 reads past sdata at T = 32).
 """
 
 import math
@@ -46,7 +48,7 @@ def test_two_pass_sum_sizes(lesson):
     """n not a multiple of anything; grid = ceil(n / T) capped at 16 blocks (grid-stride beyond)."""
     mod = cuda.load(lesson.path("reduce.cu"))
     rng = np.random.default_rng(301)
-    for block in (64, 256):
+    for block in (32, 64, 256):
         for n in (1, 31, 33, 1000, 4099, 20000):
             x = rng.standard_normal(n).astype(np.float32)
             grid = min(16, -(-n // block))
@@ -55,6 +57,30 @@ def test_two_pass_sum_sizes(lesson):
                 mine = x[np.concatenate([np.arange(s, min(s + block, n)) for s in range(b * block, n, grid * block)])]
                 _check_sum(partial[b], mine, block, grid, f"n={n}, T={block}: partial[{b}]")
             _check_sum(total, x, block, grid, f"n={n}, T={block}, G={grid}: total")
+
+
+@pytest.mark.points(1)
+def test_every_block_size(lesson):
+    """Every block size the contract allows, 32 (one warp: the tree runs inside a single warp) to 1024.
+
+    Run in the emulator's race build, whose shared-memory bounds check sees a read past the T floats
+    of `sdata` (a fast build might read harmless bytes there; a GPU reads another block's data)."""
+    mod = cuda.load(lesson.path("reduce.cu"))
+    rng = np.random.default_rng(305)
+    for block in (32, 64, 128, 256, 512, 1024):
+        n = 2 * block + block // 2 + 7  # the second block owns a partial slice
+        x = rng.standard_normal(n).astype(np.float32)
+        grid = 2
+        partial = np.full(grid, np.nan, dtype=np.float32)
+        partial = cuda.check(mod.reduce_sum, (grid, block, block * 4), (x, partial, n),
+                             orders=(), race=True, asan=False).outputs[1]
+        out = np.full(1, np.nan, dtype=np.float32)
+        total = cuda.check(mod.reduce_sum, (1, block, block * 4), (partial, out, grid),
+                           orders=(), race=True, asan=False).outputs[1][0]
+        for b in range(grid):
+            mine = x[np.concatenate([np.arange(s, min(s + block, n)) for s in range(b * block, n, grid * block)])]
+            _check_sum(partial[b], mine, block, grid, f"T={block}: partial[{b}]")
+        _check_sum(total, x, block, grid, f"n={n}, T={block}, G={grid}: total")
 
 
 @pytest.mark.points(1)
@@ -73,7 +99,7 @@ def test_checked_mode(lesson):
     """fwd / rev / random thread order + race build (a missing __syncthreads shows here) + ASan build."""
     mod = cuda.load(lesson.path("reduce.cu"))
     rng = np.random.default_rng(303)
-    n, block, grid = 300, 64, 3
+    n, block, grid = 300, 32, 3  # one warp per block: the smallest block of the contract
     x = rng.standard_normal(n).astype(np.float32)
     partial = np.full(grid, np.nan, dtype=np.float32)
     res = cuda.check(mod.reduce_sum, (grid, block, block * 4), (x, partial, n))

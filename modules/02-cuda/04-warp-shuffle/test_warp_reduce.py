@@ -1,5 +1,7 @@
 """cuda-04 tests: warp-shuffle sum (one atomicAdd per block) and two-pass max.
 
+Blocks of 1, 3, 4, 8 and 32 warps (the contract: blockDim.x a multiple of 32, at most 1024).
+
 Sum reference: float64 sum of the float32 inputs. out[0] starts at a random offset c (not 0), so
 the kernel must ADD to it: expected c + sum(x). Tolerance: every term passes through at most
 D = ceil(n / (G*T)) + 2 + 5 + 5 + G fp32 additions (grid-stride loop into four accumulators and
@@ -9,7 +11,11 @@ Max reference: np.max; a max involves no rounding, so the comparison is exact. P
 poisoned with NaN before the first launch.
 """
 
+import hashlib
 import math
+import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +24,18 @@ from pytest_hpccourse import cuda
 
 U = 2.0**-24
 SIZES = (1, 31, 33, 1000, 4099, 20000)
+
+# Test instrumentation, prepended to a copy of the learner's file: every atomicAdd also adds 1 to
+# the element right after its target, so out[1] counts the atomics of a launch. Plain CUDA, so it
+# counts the same on the GPU and on the emulator.
+_COUNT_ATOMICS = """
+template <typename T>
+__device__ __forceinline__ T hpccourse_counted_atomic_add(T* address, T val) {
+    atomicAdd(address + 1, T(1));
+    return atomicAdd(address, val);
+}
+#define atomicAdd(address, val) hpccourse_counted_atomic_add(address, val)
+"""
 
 
 def _sum(mod, x, block, grid, c):
@@ -41,6 +59,21 @@ def _max(mod, x, block, grid):
     return out[0]
 
 
+def _counted_copy(source: Path, tmp_path: Path) -> Path:
+    """The learner's file with the atomic counter in front, at a path named by its content, so the
+    emulator's build cache (keyed by path and source) reuses the build across runs."""
+    text = _COUNT_ATOMICS + source.read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "hpccourse-cuda04"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"warp_reduce_counted_{digest}.cu"
+    if not path.exists():  # same content under the same name: concurrent writers agree
+        staged = tmp_path / path.name
+        staged.write_text(text)
+        os.replace(staged, path)
+    return path
+
+
 @pytest.mark.points(2)
 def test_sum_sizes_and_block_shapes(lesson):
     """Blocks of 3, 4 and 8 warps (not only powers of two), capped grids, n not a multiple of anything."""
@@ -56,6 +89,23 @@ def test_sum_sizes_and_block_shapes(lesson):
 
 
 @pytest.mark.points(1)
+def test_one_atomic_per_block(lesson, tmp_path: Path):
+    """The block combines its warps on chip and then adds to out[0] once: at most G atomics, not one
+    per warp (G * T / 32) or per element. Also covers the smallest (1 warp) and largest (32 warps) blocks."""
+    mod = cuda.load(_counted_copy(lesson.path("warp_reduce.cu"), tmp_path))
+    rng = np.random.default_rng(404)
+    for block, grid, n in ((32, 3, 1000), (1024, 2, 5000), (256, 5, 777)):
+        x = rng.standard_normal(n).astype(np.float32)
+        c = np.float32(rng.uniform(-4, 4))
+        out = np.array([c, 0.0], dtype=np.float32)
+        mod.reduce_sum_atomic[grid, block, 0](x, out, n)
+        _check_sum(out[0], x, c, block, grid, f"n={n}, T={block}, G={grid}")
+        assert 1 <= out[1] <= grid, (
+            f"n={n}, T={block}, G={grid}: {int(out[1])} atomicAdd calls; the block must combine its "
+            f"{block // 32} warps first and add its total once (at most {grid} atomics)")
+
+
+@pytest.mark.points(1)
 def test_max_including_all_negative(lesson):
     """All-negative data (the identity must be -inf, not 0), large values, and blocks that own nothing."""
     mod = cuda.load(lesson.path("warp_reduce.cu"))
@@ -66,7 +116,7 @@ def test_max_including_all_negative(lesson):
         cases.append((-np.abs(rng.standard_normal(n)) - 1.0).astype(np.float32))
     cases.append((rng.standard_normal(777) * 1e30).astype(np.float32))
     for x in cases:
-        for block, grid in ((128, 8), (64, 40)):  # 40 x 64 threads > n for small n: idle blocks
+        for block, grid in ((128, 8), (64, 40), (32, 3)):  # 40 x 64 threads > n for small n: idle blocks
             got = _max(mod, x, block, grid)
             assert got == x.max(), f"n={x.size}, T={block}, G={grid}: got {got!r}, want {x.max()!r}"
 

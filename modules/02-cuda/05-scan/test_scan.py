@@ -1,6 +1,6 @@
 """cuda-05 tests: Blelloch block scan + scan-then-propagate, on int32 (exact: tolerance 0).
 
-Reference: np.cumsum in int64 (inputs are small, so no int32 overflow). Outputs and block sums
+Reference: np.cumsum in int64 (inputs are chosen so that no prefix overflows int32). Outputs and block sums
 are poisoned with a sentinel (0x7EADBEEF) before each launch.
 """
 
@@ -59,6 +59,24 @@ def test_skewed_values(lesson):
     for inclusive in (True, False):
         out, _, _ = _scan(mod, x, block, inclusive)
         np.testing.assert_array_equal(out, _want(x, inclusive), err_msg=f"inclusive={inclusive}")
+
+
+@pytest.mark.points(1)
+def test_values_above_2_pow_24(lesson):
+    """Odd values of magnitude 2^24..2^25 with prefixes up to ~3.5e8: exact only in integer arithmetic
+    (a scan routed through float32, which has a 24-bit significand, rounds them)."""
+    mod = cuda.load(lesson.path("scan.cu"))
+    rng = np.random.default_rng(505)
+    n, block = 600, 64  # 5 chunks of 128, the last one partial
+    x = (rng.integers(2**23, 2**24, n) * 2 + 1) * rng.choice([-1, 1], n)
+    assert np.abs(np.cumsum(x)).max() < 2**31 - 1, "the test input itself must fit int32"
+    x = x.astype(np.int32)
+    for inclusive in (True, False):
+        out, sums, total = _scan(mod, x, block, inclusive)
+        np.testing.assert_array_equal(out, _want(x, inclusive), err_msg=f"inclusive={inclusive}")
+        chunk_totals = [int(x[i:i + 2 * block].astype(np.int64).sum()) for i in range(0, n, 2 * block)]
+        np.testing.assert_array_equal(sums, chunk_totals, err_msg="block_sums")
+        assert total == x.astype(np.int64).sum(), "grand total"
 
 
 @pytest.mark.points(1)
