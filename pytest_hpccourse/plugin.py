@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from . import capabilities, classroom, manifest, report
+from . import capabilities, classroom, concise, isolate, manifest, report
 from .collect import LessonFile, ManifestItem, QuestionItem
 from .course import Course
-from .results import PROPERTY
+from .results import PROPERTY, failure_line
 
 pytest_plugins = ("pytest_hpccourse.fixtures",)
 
@@ -39,13 +39,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write GitHub Classroom's autograding result to $GITHUB_OUTPUT (stdout when unset)")
     group.addoption("--course-keys", metavar="PATH", default=None,
                     help="answer keys file (else $HPCCOURSE_KEYS, else the repo's .hpccourse/keys.toml)")
+    group.addoption("--course-isolate", choices=isolate.MODES, default=None,
+                    help="run lesson code tests in a forked process, so a crash costs that test only: auto "
+                         "(Triton lessons on the CPU interpreter), on (every fork-safe lesson), off; "
+                         "default: ini course_isolate, else auto")
     parser.addini("course_report", type="bool", default=False, help="always print the course report")
+    parser.addini("course_isolate", default="auto", help="default for --course-isolate (auto|on|off)")
     parser.addini("course_json", default="", help="default for --course-json")
     parser.addini("course_keys", default="", help="default for --course-keys")
 
 
 def _option(config: pytest.Config, name: str) -> Any:
-    """A command-line option, falling back to its ini equivalent (`course_json`, `course_keys`)."""
+    """A command-line option, falling back to its ini equivalent (`course_json`, `course_keys`, ...)."""
     value = config.getoption(name)
     if value is None:
         value = config.getini(name) or None
@@ -93,13 +98,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.option.continue_on_collection_errors = True
     course = Course(config.rootpath, lesson_dirs, _option(config, "course_keys"))
     config.stash[COURSE_KEY] = course
-    config.pluginmanager.register(CourseHooks(config, course), "hpccourse-course")
+    hooks = CourseHooks(config, course)
+    config.pluginmanager.register(hooks, "hpccourse-course")
+    isolate.register(config, _option(config, "course_isolate"), hooks.code_test_lesson)
     # `requires` as written, so a lesson whose manifest does not validate yet still gets the interpreter.
     if any("triton" in r.raw_requires for r in course.results.values()):
         if "TRITON_INTERPRET" not in os.environ and not capabilities.has_torch_cuda():
             os.environ["TRITON_INTERPRET"] = "1"
+        from . import triton_guard
+        triton_guard.enable_for_interpreter()  # interpreter only: bounds check + tf32 emulation (its README)
     try:
-        import pytest_hpccourse.distributed as distributed  # the Ray fixtures, when that module exists
+        from pytest_hpccourse import distributed  # the Ray fixtures, when that module exists
     except ImportError:
         pass
     else:
@@ -113,6 +122,8 @@ class CourseHooks:
     def __init__(self, config: pytest.Config, course: Course) -> None:
         self.config = config
         self.course = course
+        self.concise = concise.wants_concise(config)
+        self.other_failures: list[str] = []  # failures outside the lessons, one line each in concise mode
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         if file_path.name == manifest.FILENAME:
@@ -155,36 +166,69 @@ class CourseHooks:
             return None  # a helper test file the lesson does not list: runs, but is not scored
         return result.dir
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+    def code_test_lesson(self, item: pytest.Item) -> tuple[Path, list[str]] | None:
+        """A scored code test's lesson folder and the capabilities it needs (its lesson's and its own);
+        None for any other item."""
         folder = item.stash.get(LESSON_KEY, None)
         if folder is None:
-            return
+            return None
         result = self.course.result_for(folder)
-        marker = item.get_closest_marker("points")
-        weight = float(marker.args[0]) if marker and marker.args else 1.0
-        lesson_needs = capabilities.missing(result.lesson.requires if result.lesson else ())
-        optional_needs = capabilities.missing([c for m in item.iter_markers("requires") for c in m.args])
-        item.user_properties.append((PROPERTY, {
-            "lesson": result.id, "dir": result.path, "weight": weight,
-            "needs": lesson_needs, "optional_needs": optional_needs,
-        }))
-        if lesson_needs:
-            pytest.skip("NEEDS " + ", ".join(lesson_needs))
-        if optional_needs:
-            pytest.skip("NEEDS " + ", ".join(optional_needs) + " (this test only)")
+        requires = list(result.lesson.requires if result.lesson else result.raw_requires)
+        return folder, requires + [c for m in item.iter_markers("requires") for c in m.args]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        # The score properties go on the item before any phase runs, so every report carries them, also
+        # one the isolation makes in this process for a test whose forked process crashed.
+        folder = item.stash.get(LESSON_KEY, None)
+        if folder is not None:
+            result = self.course.result_for(folder)
+            marker = item.get_closest_marker("points")
+            item.user_properties.append((PROPERTY, {
+                "lesson": result.id, "dir": result.path,
+                "weight": float(marker.args[0]) if marker and marker.args else 1.0,
+                "needs": capabilities.missing(result.lesson.requires if result.lesson else ()),
+                "optional_needs": capabilities.missing([c for m in item.iter_markers("requires") for c in m.args]),
+            }))
+        return (yield)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        props = next((value for name, value in item.user_properties if name == PROPERTY), None)
+        if props is None:
+            return
+        if props["needs"]:
+            pytest.skip("NEEDS " + ", ".join(props["needs"]))
+        if props["optional_needs"]:
+            pytest.skip("NEEDS " + ", ".join(props["optional_needs"]) + " (this test only)")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Under xdist this runs in the controller for every worker's report: scores come from reports only.
         self.course.add_report(report)
+        if report.failed and not any(name == PROPERTY for name, _ in report.user_properties) \
+                and not report.nodeid.split("::")[0].endswith(manifest.FILENAME):
+            self.other_failures.append(f"FAILED {report.nodeid} - {failure_line(report)}")
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.course.add_collect_error(report)
+            path = report.nodeid.split("::")[0]
+            if not path or manifest.lesson_dir_of(self.config.rootpath / path) is None:
+                self.other_failures.append(f"ERROR collecting {report.nodeid or '.'} - {failure_line(report)}")
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
+        # Outermost wrapper: the outputs are written before, the report printed after, pytest's own summary.
         if _is_worker(self.config):
-            return
+            return (yield)
+        self._write_outputs()
+        if self.concise:
+            concise.hide_details(self.config)
+        result = yield
+        self._print_report()
+        return result
+
+    def _write_outputs(self) -> None:
         classroom_mode = self.config.getoption("course_classroom")
         if classroom_mode:
             self._mark_tampered()
@@ -215,7 +259,24 @@ class CourseHooks:
             return
         for notice in self.course.notices:
             terminalreporter.write_line(notice)
-        if self.config.getoption("course_report") or self.config.getini("course_report"):
-            terminalreporter.section("course report")
-            for line in report.lines(self.course.document()):
+        if self.concise and self.other_failures:  # failures the course report does not list
+            shown = self.other_failures[:concise.MAX_OTHER_FAILURES]
+            more = len(self.other_failures) - len(shown)
+            for line in shown + ([f"... and {more} more failures outside the lessons"] if more else []):
                 terminalreporter.write_line(line)
+
+    def _print_report(self) -> None:
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is None or not (self.config.getoption("course_report") or self.config.getini("course_report")):
+            return
+        doc = self.course.document()
+        hint = ""
+        if self.concise:
+            failed = next((le for le in doc["lessons"]
+                           if le["status"] != "INVALID" and le["code"]["status"] in ("FAIL", "ERROR")), None)
+            if failed is not None:
+                folder = self.course.result_for_rel(failed["path"]).dir
+                hint = concise.traceback_hint(folder, self.config.invocation_params.dir)
+        terminal.section("course report")
+        for line in report.lines(doc, hint=hint):
+            terminal.write_line(line)

@@ -68,8 +68,11 @@ def _question_cell(q: dict[str, Any]) -> str:
     return "NEEDS" if q["status"] == "NEEDS" else num(q["score"])
 
 
-def lines(doc: dict[str, Any], title_columns: int = 26) -> list[str]:
-    """The table, the reasons for lost points, and the summary, as terminal lines."""
+def lines(doc: dict[str, Any], title_columns: int = 26, hint: str = "") -> list[str]:
+    """The table, the reasons for lost points, and the summary, as terminal lines.
+
+    `hint` (how to see one lesson's tracebacks) closes "Where points were lost" when code points were lost.
+    """
     header = ["lesson", "title", "code", "Q1", "Q2", "Q3", "total", "status"]
     rows = []
     for lesson in doc["lessons"]:
@@ -102,6 +105,9 @@ def lines(doc: dict[str, Any], title_columns: int = 26) -> list[str]:
     if lost:
         out += ["", "Where points were lost:"]
         out += [f"  {line.splitlines()[0]}" for line in lost]
+        if hint and any(lesson["status"] != "INVALID" and lesson["code"]["status"] in ("FAIL", "ERROR")
+                        for lesson in doc["lessons"]):
+            out.append(f"  {hint}")
 
     s = doc["summary"]
     extra = []

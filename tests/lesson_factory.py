@@ -5,7 +5,6 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-
 QUESTIONS = '''
 [[questions]]
 id = "Q1"
@@ -75,3 +74,46 @@ def write_lesson(root: Path, rel: str, lesson_id: str, *, title: str = "向量�
     if answers is not None:
         (folder / "answers.yaml").write_text(answers, encoding="utf-8")
     return folder
+
+
+def crashing_kernel(body: str) -> str:
+    """A learner kernel whose solution region runs `body` (one statement) instead of adding."""
+    return ("import os\nimport signal\nimport time\n\n\ndef add(a, b):\n    ### BEGIN SOLUTION\n"
+            f"    {body}\n    return [x + y for x, y in zip(a, b)]\n    ### END SOLUTION\n")
+
+
+MANY_CASES_TEST = '''
+import pytest
+
+@pytest.mark.parametrize("n", range({cases}))
+def test_add_many(lesson, n):
+    kernel = lesson.load("kernel.py")
+    assert kernel.add([n, 1], [2, n]) == [n + 2, n + 1]
+'''
+
+
+def write_module(root: Path, name: str, lessons: int, cases: int) -> Path:
+    """A releasable module `root/modules/<name>` of `lessons` lessons, each with `cases` code tests."""
+    module = root / "modules" / name
+    module.mkdir(parents=True, exist_ok=True)
+    (module / "README.md").write_text(f"# {name}\n\nRun: `pytest --course-report`\n", encoding="utf-8")
+    (module / "pyproject.toml").write_text(textwrap.dedent(f'''\
+        [build-system]
+        requires = ["setuptools>=77"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "hpccourse-{name}"
+        version = "0.1.0"
+        requires-python = ">=3.11"
+        dependencies = ["pytest-hpccourse"]
+
+        [tool.setuptools]
+        packages = []
+        '''), encoding="utf-8")
+    prefix = name.split("-", 1)[1]
+    for index in range(1, lessons + 1):
+        folder = write_lesson(module, f"{index:02d}-add", f"{prefix}-{index:02d}",
+                              test=MANY_CASES_TEST.format(cases=cases))
+        (folder / "README.md").write_text("# 向量加法\n\n逐元素相加。\n", encoding="utf-8")
+    return module

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from lesson_factory import QUESTIONS, TEST, write_lesson
 
 pytest_plugins = ("pytester",)
@@ -99,7 +98,7 @@ def test_hang_is_cut_by_the_timeout(course):
     (course.path / "scoring.toml").write_text(
         (course.path / "scoring.toml").read_text().replace("timeout = 120", "timeout = 1"))
     write_lesson(course.path, "m/01", "demo-01", kernel="def add(a, b):\n    while True:\n        pass\n")
-    result, doc = run_json(course)
+    _, doc = run_json(course)
     code = lesson_of(doc, "demo-01")["code"]
     assert code["score"] == 0 and "Timeout" in code["message"]
 
@@ -107,7 +106,7 @@ def test_hang_is_cut_by_the_timeout(course):
 def test_uncollectable_test_file(course):
     write_lesson(course.path, "m/01", "demo-01", test="import pytest\ndef test_x(lesson:\n    pass\n")
     write_lesson(course.path, "m/02", "demo-02")
-    result, doc = run_json(course)
+    _, doc = run_json(course)
     broken = lesson_of(doc, "demo-01")
     assert broken["code"]["status"] == "ERROR" and "cannot be collected" in broken["code"]["message"]
     assert broken["score"] == 6
@@ -140,7 +139,7 @@ def test_invalid_manifest_is_reported_and_others_grade(course):
     bad = QUESTIONS.replace("rel_tol = 0.01", "rel_tol = -1")
     write_lesson(course.path, "modules/02-cuda/04-warp-shuffle", "cuda-04", questions=bad)
     write_lesson(course.path, "modules/02-cuda/05-scan", "cuda-05")
-    result, doc = run_json(course)
+    result, doc = run_json(course, "-rf")  # -rf: pytest's short summary too (concise output leaves it out)
     invalid = lesson_of(doc, "cuda-04")
     assert invalid["status"] == "INVALID"
     assert invalid["message"] == ("modules/02-cuda/04-warp-shuffle/lesson.toml: questions[0].rel_tol: "
@@ -162,7 +161,7 @@ def test_invalid_manifest_is_reported_and_others_grade(course):
 ])
 def test_bad_answer_files_never_crash(course, text, message):
     write_lesson(course.path, "m/01", "demo-01", answers=text)
-    result, doc = run_json(course)
+    _, doc = run_json(course)
     lesson = lesson_of(doc, "demo-01")
     assert lesson["code"]["score"] == 4
     assert any(message in q["message"] for q in lesson["questions"]), lesson["questions"]
@@ -300,7 +299,7 @@ def test_fixture_course_prints_the_table():
 
     course_dir = Path(__file__).parent / "fixtures" / "course"
     proc = subprocess.run([sys.executable, "-m", "pytest", "--course-report", "-p", "no:cacheprovider"],
-                          cwd=course_dir, capture_output=True, text=True, timeout=120)
+                          cwd=course_dir, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "demo-01  向量加法   4/4   2   2   2  10/10  PASS" in proc.stdout
     assert "Lessons passed: 1/1   Score: 10/10" in proc.stdout
