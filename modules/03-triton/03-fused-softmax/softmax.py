@@ -9,12 +9,12 @@ import triton.language as tl
 def softmax_kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     """y[row] = softmax(x[row]); BLOCK >= n_cols, so one load brings the whole row into registers."""
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride overflows int32 on large tensors
+    ### HINT: rows start row stride elements apart (not n_cols); padded lanes must not change the max or the sum; subtract the row max before exp; compute in fp32.
+    ### BEGIN SOLUTION
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     x_row = x_ptr + row * stride_x
     y_row = y_ptr + row * stride_y
-    ### HINT: padded lanes must not change the max or the sum; subtract the row max before exp; compute in fp32.
-    ### BEGIN SOLUTION
     x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(tl.float32)
     # softmax(x) == softmax(x - c) for any c; c = max keeps every exponent <= 0, so exp never overflows
     z = x - tl.max(x, axis=0)

@@ -57,9 +57,12 @@ def layernorm_bwd_dx_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw
         db_acc += dy
         ### END SOLUTION
         tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-    # this program's partial sums go to its own row of the buffers
+    ### HINT: each stage-1 program owns one row of the [GROUPS, N] partial buffers; every program writes its row, even one that had no input rows.
+    ### BEGIN SOLUTION
+    # this program's partial sums go to its own row of the buffers: no other program writes there
     tl.store(dw_part_ptr + g * N + cols, dw_acc, mask=mask)
     tl.store(db_part_ptr + g * N + cols, db_acc, mask=mask)
+    ### END SOLUTION
 
 
 @triton.jit

@@ -1,8 +1,12 @@
 """Tests for triton-06 (tiled matmul). Reference: float64 matmul on the CPU of the same (rounded) inputs.
 
+Every operand is a view at the corner of a larger buffer whose other entries are NaN: a K-tail load that is
+not masked (or masked with the wrong bound) pulls a NaN into the dot product, and NaN * 0 is still NaN.
+
 Tolerances:
 - fp32 operands with input_precision="ieee": fp32 products, K <= 100 fp32 additions -> rtol 1e-5, atol 1e-4
-  (entries are O(sqrt(K)) ~ 10, so atol is ~1e-5 relative to the typical entry).
+  (entries are O(sqrt(K)) ~ 10, so atol is ~1e-5 relative to the typical entry). A tf32 dot (operands rounded
+  to 10 mantissa bits, 2^-11 relative each) is off by ~1e-3 on these entries: 10x over this bound.
 - fp16 operands, fp32 output, K = 1000: products of two fp16 are exact in fp32, the sum of 1000 terms in fp32
   is off by ~sqrt(K) ulp ~ 3e-6 relative; an fp16 accumulator would be off by ~1e-3. rtol 1e-4.
 - fp16/bf16 operands and output: one final rounding (2^-11 / 2^-9 relative) -> rtol 1e-2, atol 1e-2.
@@ -13,7 +17,7 @@ Tolerances:
 import pytest
 import torch
 
-BLOCKS16 = dict(block_m=16, block_n=16, block_k=16)  # small tiles: several programs and K steps on tiny shapes
+BLOCKS16 = {"block_m": 16, "block_n": 16, "block_k": 16}  # small tiles: several programs and K steps on tiny shapes
 
 
 @pytest.fixture(autouse=True)
@@ -24,9 +28,11 @@ def poisoned_outputs(monkeypatch):
 
 
 def _padded(rows, cols, device, dtype, seed, uniform=False):
-    """A rows x cols view at the corner of a larger random tensor: reads past K stay inside memory."""
+    """A rows x cols random view at the corner of a larger NaN-filled tensor: reads past the edge (in K
+    especially, where masked lanes must contribute exactly 0) stay inside memory but poison the result."""
     g = torch.Generator().manual_seed(seed)
-    big = torch.rand(rows + 32, cols + 32, generator=g) if uniform else torch.randn(rows + 32, cols + 32, generator=g)
+    big = torch.full((rows + 64, cols + 64), float("nan"))
+    big[:rows, :cols] = torch.rand(rows, cols, generator=g) if uniform else torch.randn(rows, cols, generator=g)
     return big.to(device=device, dtype=dtype)[:rows, :cols]
 
 
@@ -35,13 +41,21 @@ def _ref(a, b):
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("mnk", [(67, 45, 53), (16, 16, 16), (1, 1, 1), (33, 17, 5), (20, 70, 100)])
-def test_fp32_ieee(lesson, device, mnk):
+@pytest.mark.parametrize("mnk,blocks", [
+    ((67, 45, 53), BLOCKS16),  # K = 3 * 16 + 5
+    ((16, 16, 16), BLOCKS16),
+    ((1, 1, 1), BLOCKS16),
+    ((33, 17, 5), BLOCKS16),  # K < BLOCK_K: the only K step is the ragged one
+    ((20, 70, 100), BLOCKS16),
+    ((45, 37, 33), {"block_m": 32, "block_n": 16, "block_k": 32}),  # K = BLOCK_K + 1: a one-column last step
+    ((19, 50, 70), {"block_m": 16, "block_n": 32, "block_k": 64}),  # no dimension a multiple of its tile
+], ids=["67x45x53", "16^3", "1^3", "K<BK", "20x70x100", "K=BK+1", "BK=64"])
+def test_fp32_ieee(lesson, device, mnk, blocks):
     mod = lesson.load("matmul.py")
     M, N, K = mnk
     a = _padded(M, K, device, torch.float32, seed=M)
     b = _padded(K, N, device, torch.float32, seed=N + 1)
-    c = mod.matmul(a, b, input_precision="ieee", **BLOCKS16)
+    c = mod.matmul(a, b, input_precision="ieee", **blocks)
     torch.testing.assert_close(c.cpu().double(), _ref(a, b), rtol=1e-5, atol=1e-4)
 
 

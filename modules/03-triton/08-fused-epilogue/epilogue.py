@@ -81,6 +81,8 @@ def swiglu_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K,
     w_offs = offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
     wg_ptrs = wg_ptr + w_offs
     wu_ptrs = wu_ptr + w_offs
+    ### HINT: two fp32 accumulators [BLOCK_M, BLOCK_N] fed by the same X tile (one X load per K step, as in _mainloop); mask the K tail on X and on both weights; advance all three pointer tiles; then gate in fp32: h = SiLU(gate projection) times the up projection.
+    ### BEGIN SOLUTION
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -92,8 +94,6 @@ def swiglu_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K,
         x_ptrs += BLOCK_K * stride_xk
         wg_ptrs += BLOCK_K * stride_wk
         wu_ptrs += BLOCK_K * stride_wk
-    ### HINT: gate with the SiLU of the gate projection, in fp32.
-    ### BEGIN SOLUTION
     h = silu(acc_g) * acc_u
     ### END SOLUTION
     h_ptrs = h_ptr + offs_m[:, None] * stride_hm + offs_n[None, :] * stride_hn

@@ -74,20 +74,23 @@ def flash_attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, sm_scale, H, seq_
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # fold log2(e) into the scale: exp2 in the inner loop
+    ### HINT: two key ranges for this query block: [lo_full, hi_full) holds only keys every query row of the block may see (no mask at all), [lo_diag, hi_diag) the rest that any row may see (masked). Causal: nothing right of the block's diagonal is read. Not causal: every key is visible.
+    ### BEGIN SOLUTION
     if CAUSAL:
         # key blocks entirely left of this query block's diagonal: every key is visible, no mask at all
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, 0, start_m * BLOCK_M,
-                                    seq_len, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
-                                    BLOCK_N, False, True, INPUT_PRECISION)
+        lo_full, hi_full = 0, start_m * BLOCK_M
         # the diagonal blocks: causal + sequence-end mask; blocks right of the diagonal are skipped entirely
-        hi = tl.minimum((start_m + 1) * BLOCK_M, seq_len)
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, start_m * BLOCK_M, hi,
-                                    seq_len, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
-                                    BLOCK_N, True, True, INPUT_PRECISION)
+        lo_diag, hi_diag = start_m * BLOCK_M, tl.minimum((start_m + 1) * BLOCK_M, seq_len)
     else:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, 0, seq_len,
-                                    seq_len, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
-                                    BLOCK_N, True, False, INPUT_PRECISION)
+        lo_full, hi_full = 0, 0
+        lo_diag, hi_diag = 0, seq_len
+    ### END SOLUTION
+    acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo_full, hi_full,
+                                seq_len, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                                BLOCK_N, False, CAUSAL, INPUT_PRECISION)
+    acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo_diag, hi_diag,
+                                seq_len, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                                BLOCK_N, True, CAUSAL, INPUT_PRECISION)
     ### HINT: normalize by the row sums; the natural-log LSE is (m + log2(l)) * ln(2) because m is in the log2 domain.
     ### BEGIN SOLUTION
     o = acc / l_i[:, None]

@@ -47,9 +47,9 @@ def _check(mod, q, k, v, causal, tol_o, tol_lse, **kw):
     torch.testing.assert_close(lse.detach().cpu().double(), rlse, **tol_lse)
 
 
-FP32_O = dict(rtol=2e-5, atol=2e-5)
-FP32_LSE = dict(rtol=1e-5, atol=1e-5)
-SMALL = dict(block_m=32, block_n=16, input_precision="ieee")
+FP32_O = {"rtol": 2e-5, "atol": 2e-5}
+FP32_LSE = {"rtol": 1e-5, "atol": 1e-5}
+SMALL = {"block_m": 32, "block_n": 16, "input_precision": "ieee"}
 
 
 @pytest.mark.points(3)
@@ -65,7 +65,7 @@ def test_large_logits(lesson, device):
     # scores of several hundred: exp overflows unless every block is shifted by the running max
     mod = lesson.load("flash_attn.py")
     q, k, v = _qkv(1, 1, 70, 16, device, torch.float32, seed=1, scale=6.0)
-    _check(mod, q, k, v, True, FP32_O, dict(rtol=1e-5, atol=1e-4), **SMALL)
+    _check(mod, q, k, v, True, FP32_O, {"rtol": 1e-5, "atol": 1e-4}, **SMALL)
 
 
 def test_non_contiguous_bshd_layout(lesson, device):
@@ -92,8 +92,8 @@ def test_custom_scale_and_square_blocks(lesson, device):
 def test_half_precision(lesson, device, dtype):
     mod = lesson.load("flash_attn.py")
     q, k, v = _qkv(1, 2, 90, 32, device, dtype, seed=4)
-    tol = dict(rtol=5e-3, atol=5e-3) if dtype == torch.float16 else dict(rtol=3e-2, atol=3e-2)
-    _check(mod, q, k, v, True, tol, dict(rtol=1e-3, atol=1e-3), block_m=32, block_n=16)
+    tol = {"rtol": 5e-3, "atol": 5e-3} if dtype == torch.float16 else {"rtol": 3e-2, "atol": 3e-2}
+    _check(mod, q, k, v, True, tol, {"rtol": 1e-3, "atol": 1e-3}, block_m=32, block_n=16)
 
 
 @pytest.mark.requires("cuda-gpu")
@@ -101,5 +101,5 @@ def test_gpu_sized_blocks(lesson, device):
     # the tile shapes the benchmark uses, on a long ragged sequence
     mod = lesson.load("flash_attn.py")
     q, k, v = _qkv(1, 4, 1000, 128, device, torch.bfloat16, seed=5)
-    _check(mod, q, k, v, True, dict(rtol=3e-2, atol=3e-2), dict(rtol=1e-3, atol=1e-3),
+    _check(mod, q, k, v, True, {"rtol": 3e-2, "atol": 3e-2}, {"rtol": 1e-3, "atol": 1e-3},
            block_m=128, block_n=64, num_warps=8, num_stages=3)

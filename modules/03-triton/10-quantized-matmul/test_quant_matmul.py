@@ -29,6 +29,14 @@ def _pack(q, bits):
     return words.to(torch.int32)
 
 
+def _in_padded(t, fill):
+    """t as a view at the corner of a larger buffer filled with `fill`: every load past an edge stays inside
+    memory, and one that reaches the result (a K-tail lane of the last tile) poisons it."""
+    big = torch.full((t.shape[0] + 8, t.shape[1] + 16), fill, dtype=t.dtype)
+    big[: t.shape[0], : t.shape[1]] = t
+    return big[: t.shape[0], : t.shape[1]]
+
+
 def _quantized(K, N, bits, group, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     q = torch.randint(0, 2**bits, (K, N), generator=g)
@@ -37,7 +45,10 @@ def _quantized(K, N, bits, group, dtype, seed):
     z = zeros.repeat_interleave(group, dim=0)
     s = scales.float().repeat_interleave(group, dim=0)
     w_deq = ((q - z).float() * s).to(dtype)  # the format's dequantized weight, in the activation dtype
-    return _pack(q, bits), scales, zeros, w_deq
+    # past the last group the scales are NaN and the zero points / words garbage: a scale or zero load for a
+    # K-tail lane must be masked (the activation there is 0, but 0 * NaN is NaN)
+    return (_in_padded(_pack(q, bits), -123456789), _in_padded(scales, float("nan")),
+            _in_padded(zeros, 1 << 20), w_deq)
 
 
 def _run(mod, M, N, K, bits, group, device, dtype=torch.float16, out_dtype=None, seed=0, **blocks):
@@ -48,8 +59,8 @@ def _run(mod, M, N, K, bits, group, device, dtype=torch.float16, out_dtype=None,
     return out.cpu().double(), a.double() @ w_deq.double()
 
 
-FP32_OUT = dict(rtol=1e-5, atol=1e-4)
-FP16_OUT = dict(rtol=2e-3, atol=2e-3)
+FP32_OUT = {"rtol": 1e-5, "atol": 1e-4}
+FP16_OUT = {"rtol": 2e-3, "atol": 2e-3}
 
 
 @pytest.mark.points(3)
@@ -75,6 +86,20 @@ def test_fp16_output_and_k_tail(lesson, device):
     mod = lesson.load("quant_matmul.py")
     out, ref = _run(mod, 9, 50, 96, 4, 32, device, seed=7, block_m=16, block_n=16, block_k=64)
     torch.testing.assert_close(out, ref, **FP16_OUT)
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("M,N,K,bits,group,block_k", [
+    (7, 37, 144, 4, 48, 32),  # G = 1.5 tiles: tile 1 holds k 32..63, groups 0 and 1; K tail of 16
+    (5, 20, 120, 8, 24, 16),  # W8 (PACK 4), G = 1.5 tiles; K = 7.5 tiles
+    (3, 18, 80, 4, 40, 64),   # G = 5/8 of a tile; the second (last) tile is ragged
+])
+def test_group_size_neither_divides_nor_is_a_multiple_of_block_k(lesson, device, M, N, K, bits, group, block_k):
+    # a tile straddles a group boundary at a place that moves from tile to tile: one scale row per tile is wrong
+    mod = lesson.load("quant_matmul.py")
+    out, ref = _run(mod, M, N, K, bits, group, device, out_dtype=torch.float32, seed=K + group,
+                    block_m=16, block_n=16, block_k=block_k)
+    torch.testing.assert_close(out, ref, **FP32_OUT)
 
 
 @pytest.mark.requires("cuda-gpu")
