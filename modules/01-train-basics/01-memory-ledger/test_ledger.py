@@ -86,6 +86,12 @@ def test_static_ledger_matches_real_adamw(lesson, param_dtype, master_dtype, pby
 
 def _saved_activation_bytes(block, x):
     """Distinct storages autograd saves for backward during block(x); parameters excluded."""
+    return _saved_activations(block, x)[0]
+
+
+def _saved_activations(block, x):
+    """(bytes of the distinct storages autograd saves during block(x), parameters excluded;
+    the mean / rstd tensors the LayerNorm nodes of that graph saved)."""
     params = {p.untyped_storage().data_ptr() for p in block.parameters()}
     saved = []
 
@@ -95,8 +101,17 @@ def _saved_activation_bytes(block, x):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = block(x)
+    stats, seen, todo = [], set(), [out.grad_fn]
+    while todo:  # walk the graph: the LayerNorm backward nodes hold their saved statistics
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__.startswith("NativeLayerNormBackward"):
+            stats += [node._saved_result1, node._saved_result2]  # mean, rstd
+        todo += [n for n, _ in node.next_functions]
     out.float().sum().backward()  # the graph is real: backward runs on what was saved
-    return _storage_bytes(saved, exclude=params)
+    return _storage_bytes(saved, exclude=params), stats
 
 
 def _layernorm_stat_bytes(dtype):
@@ -137,3 +152,26 @@ def test_activation_bytes_scale_like_the_formula(lesson):
     more_heads = ledger.BlockShape(b=2, s=64, h=128, a=8, f=512)
     diff = ledger.activation_bytes(more_heads, 2, 4) - ledger.activation_bytes(base, 2, 4)
     assert diff == 4 * 64 * 64 * 2 * 2
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("b, s, h, a, f", SHAPES)
+def test_layernorm_statistics_follow_their_own_dtype(lesson, dtype, b, s, h, a, f):
+    # The CPU kernel keeps mean / rstd in the input dtype, so above stat_bytes == act_bytes always.
+    # Here the same measured graph is priced with the statistics in another width (the CUDA kernel
+    # keeps them in fp32 for bf16 input): only the statistics' bytes may change, by their count.
+    ledger = lesson.load("ledger.py")
+    torch.manual_seed(b * 100 + s + 1)
+    block = lesson.load("block.py").Block(h, a, f).to(dtype)
+    x = torch.randn(b, s, h, dtype=dtype, requires_grad=True)
+    measured, stats = _saved_activations(block, x)
+    assert len(stats) == 4, "two LayerNorms, a mean and an rstd each"
+    stat_numel = sum(t.numel() for t in stats)
+    others = measured - _storage_bytes(stats)
+    act = torch.empty((), dtype=dtype).element_size()
+    shape = ledger.BlockShape(b=b, s=s, h=h, a=a, f=f)
+    for stat_bytes in (1, 2, 4, 8):
+        want = others + stat_numel * stat_bytes
+        got = ledger.activation_bytes(shape, act, stat_bytes)
+        assert got == want, f"act_bytes {act}, stat_bytes {stat_bytes}: ledger {got} B, expected {want} B"

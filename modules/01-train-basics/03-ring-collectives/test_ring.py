@@ -6,6 +6,7 @@ every message serialized). References: a float64 sum of all ranks' inputs, and t
 a ring must send.
 """
 
+import itertools
 import queue
 import threading
 from collections import Counter
@@ -102,7 +103,7 @@ def expected_bytes(n, world_size, rank, elem):
 def _bounds(n, world_size):  # independent of the lesson file
     base, extra = divmod(n, world_size)
     starts = [i * base + min(i, extra) for i in range(world_size + 1)]
-    return list(zip(starts[:-1], starts[1:]))
+    return list(itertools.pairwise(starts))
 
 
 def check_all_reduce(results, inputs, kind, world_size):

@@ -57,9 +57,12 @@ class BucketedDDP(nn.Module):
         self.bucket_of = {i: b for b, members in enumerate(self.buckets) for i in members}
         self.fired: list[int] = []  # bucket ids in the order their all-reduce was launched
         self._reset()
+        ### HINT: one hook per parameter, run when its gradient is complete in p.grad (not before)
+        ### BEGIN SOLUTION
         for i, p in enumerate(self.params):
             # Runs after backward has accumulated this parameter's gradient into p.grad.
             p.register_post_accumulate_grad_hook(self._hook(i))
+        ### END SOLUTION
 
     def _reset(self) -> None:
         self._missing = [len(members) for members in self.buckets]  # gradients not yet ready

@@ -2,6 +2,8 @@
 whole batch; the sharded optimizer on N Ray ranks must give the same parameters after k steps, hold
 1/N of the optimizer state, and drop the full gradients (ZeRO-2)."""
 
+import hashlib
+
 import pytest
 import torch
 from torch import nn
@@ -34,7 +36,7 @@ def make_data(world_size, dtype):
 
 
 STEPS = 4
-HPARAMS = dict(lr=0.05, betas=(0.8, 0.95), eps=1e-8, weight_decay=0.1)
+HPARAMS = {"lr": 0.05, "betas": (0.8, 0.95), "eps": 1e-8, "weight_decay": 0.1}
 
 
 def train_reference(dtype, x, y):
@@ -51,37 +53,126 @@ def _bytes(tensors):
     return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
+# --- recording torch.distributed -------------------------------------------------------------
+# Every collective the learner's code issues goes through these wrappers (installed inside each rank
+# for the duration of a drill), so the tests see which collectives moved how many bytes.
+
+_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
+                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+                "gather", "scatter", "barrier", "send", "recv", "isend", "irecv")
+
+
+def _nbytes(value):
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+class _Recorder:
+    """Logs every torch.distributed collective of this process: (op, bytes of its first and second
+    tensor arguments). For reduce-scatter that is (output, input); for all-gather (output, input)."""
+
+    def __init__(self):
+        import inspect
+
+        import torch.distributed as dist
+
+        self.dist, self.inspect = dist, inspect
+        self.events = []
+        self._saved = {}
+
+    def __enter__(self):
+        for name in _COLLECTIVES:
+            orig = getattr(self.dist, name, None)
+            if orig is not None:
+                self._saved[name] = orig
+                setattr(self.dist, name, self._wrap(name, orig))
+        return self
+
+    def __exit__(self, *exc):
+        for name, orig in self._saved.items():  # pooled actors run other drills afterwards
+            setattr(self.dist, name, orig)
+
+    def _wrap(self, name, orig):
+        signature = self.inspect.signature(orig)
+
+        def recorded(*args, **kwargs):
+            values = list(signature.bind(*args, **kwargs).arguments.values())
+            sizes = [_nbytes(v) for v in values if _nbytes(v)]
+            self.events.append((name, *sizes[:2]))
+            return orig(*args, **kwargs)
+
+        return recorded
+
+
+def wire_bytes(event, world_size):
+    """Bytes one rank sends for a collective with the ring algorithm (train-03)."""
+    op, *sizes = event
+    n = world_size
+    if op in ("reduce_scatter", "reduce_scatter_tensor"):  # (output, input): N-1 chunks of output
+        return (n - 1) * sizes[0]
+    if op in ("all_gather", "all_gather_into_tensor"):  # (output, input): N-1 chunks of input
+        return (n - 1) * sizes[1]
+    if op == "all_reduce":
+        return 2 * (n - 1) * sizes[0] / n
+    return sum(sizes)
+
+
 def train_rank(rank, world_size, zero_mod, data):
-    out = {}
-    for dtype, (x, y) in data.items():
-        model = make_model(dtype)
-        opt = zero_mod.ZeroAdamW(model.parameters(), **HPARAMS)
-        per_rank = x.shape[0] // world_size
-        xs, ys = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
-        freed = []
-        for _ in range(STEPS):
-            nn.functional.mse_loss(model(xs), ys).backward()
-            opt.step()
-            freed.append(all(p.grad is None for p in model.parameters()))
-        states = [t for s in opt.inner.state.values() for t in s.values() if torch.is_tensor(t)]
-        out[dtype] = {
-            "params": [p.detach() for p in model.parameters()],
-            "grads_freed": freed,
-            "optimizer_bytes": _bytes([opt.master] + states),
-            "state_entries": len(opt.inner.state),
-            "updated_numel": sum(p.numel() for g in opt.inner.param_groups for p in g["params"]),
-        }
-    return out
+    with _Recorder() as recorder:
+        return {dtype: train_dtype(rank, world_size, zero_mod, x, y, recorder)
+                for dtype, (x, y) in data.items()}
 
 
-@pytest.mark.points(3)
+def train_dtype(rank, world_size, zero_mod, x, y, recorder):
+    model = make_model(x.dtype)
+    opt = zero_mod.ZeroAdamW(model.parameters(), **HPARAMS)
+    per_rank = x.shape[0] // world_size
+    xs, ys = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+    freed, comms = [], []
+    for _ in range(STEPS):
+        nn.functional.mse_loss(model(xs), ys).backward()
+        first = len(recorder.events)
+        opt.step()
+        comms.append(recorder.events[first:])
+        freed.append(all(p.grad is None for p in model.parameters()))
+    states = [t for s in opt.inner.state.values() for t in s.values() if torch.is_tensor(t)]
+    return {
+        "params": [p.detach() for p in model.parameters()],
+        "grads_freed": freed,
+        "comms": comms,
+        "optimizer_bytes": _bytes([opt.master] + states),
+        "state_entries": len(opt.inner.state),
+        "updated_numel": sum(p.numel() for g in opt.inner.param_groups for p in g["params"]),
+    }
+
+
+NUMEL = 113
+_runs = {}
+
+
+def run_drill(lesson, world_size):
+    """One Ray run per (learner source, world size), shared by the tests that grade it."""
+    key = (hashlib.sha256(lesson.path("zero.py").read_bytes()).hexdigest(), world_size)
+    if key not in _runs:
+        data = {dt: make_data(world_size, dt) for dt in (torch.float64, torch.float32)}
+        try:
+            _runs[key] = (data, run_ranks(train_rank, world_size, lesson.load("zero.py"), data,
+                                          timeout=60))
+        except Exception as err:  # noqa: BLE001 - a failed drill fails each test grading it, once
+            _runs[key] = err
+    if isinstance(_runs[key], Exception):
+        raise _runs[key]
+    return _runs[key]
+
+
+@pytest.mark.points(2)
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_matches_unsharded_adamw(lesson, ray_cluster, world_size):
-    zero = lesson.load("zero.py")
-    data = {dt: make_data(world_size, dt) for dt in (torch.float64, torch.float32)}
-    results = run_ranks(train_rank, world_size, zero, data, timeout=60)
-    numel = 113
-    shard = -(-numel // world_size)
+    data, results = run_drill(lesson, world_size)
+    shard = -(-NUMEL // world_size)
     for dtype, tol in [(torch.float64, 1e-10), (torch.float32, 1e-5)]:
         want = train_reference(dtype, *data[dtype])
         for rank, res in enumerate(r[dtype] for r in results):
@@ -97,4 +188,31 @@ def test_matches_unsharded_adamw(lesson, ray_cluster, world_size):
             # master shard + exp_avg + exp_avg_sq (+ AdamW's 4-byte float32 `step` scalar)
             assert res["optimizer_bytes"] == 3 * elem * shard + 4
             if dtype == torch.float32:  # the 12Ψ/N of the ZeRO paper, up to one padding element
-                assert res["optimizer_bytes"] <= 12 * numel / world_size + 12 + 4
+                assert res["optimizer_bytes"] <= 12 * NUMEL / world_size + 12 + 4
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_step_moves_one_reduce_scatter_and_one_all_gather(lesson, ray_cluster, world_size):
+    _, results = run_drill(lesson, world_size)
+    shard = -(-NUMEL // world_size)
+    for dtype in (torch.float64, torch.float32):
+        elem = torch.empty((), dtype=dtype).element_size()
+        for rank, res in enumerate(r[dtype] for r in results):
+            for step, events in enumerate(res["comms"]):
+                where = f"rank {rank} {dtype} step {step}"
+                ops = [e[0] for e in events]
+                assert "all_reduce" not in ops, (
+                    f"{where}: all_reduce in step(): every rank receives the whole summed gradient "
+                    "(2(N-1)/N of it on the wire, N times the bytes it keeps); ZeRO reduce-scatters it")
+                scatter = [e for e in events if e[0] in ("reduce_scatter_tensor", "reduce_scatter")]
+                gather = [e for e in events if e[0] in ("all_gather_into_tensor", "all_gather")]
+                assert len(scatter) == 1 and len(gather) == 1 and len(events) == 2, \
+                    f"{where}: expected one reduce-scatter and one all-gather per step, got {ops}"
+                assert scatter[0][1:] == (shard * elem, world_size * shard * elem), \
+                    f"{where}: the reduce-scatter must take the padded flat gradient to one shard"
+                assert gather[0][1:] == (world_size * shard * elem, shard * elem), \
+                    f"{where}: the all-gather must take one updated shard to the padded flat vector"
+                # ring cost per rank: exactly one all-reduce's worth, 2(N-1)/N of the padded vector
+                sent = sum(wire_bytes(e, world_size) for e in events)
+                assert sent == 2 * (world_size - 1) * shard * elem, f"{where}: {sent} bytes sent"
