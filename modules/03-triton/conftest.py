@@ -35,7 +35,9 @@ def _poison_value(dtype: torch.dtype) -> float | int:
         return float("nan")
     if dtype == torch.bool:
         return True
-    return GUARD_INT
+    # GUARD_INT where the dtype holds it; 8-bit integers (e.g. the int8 scratch Triton allocates for TMA
+    # descriptors on a GPU) get 0x5A instead of a value torch.full would reject as an overflow
+    return GUARD_INT if torch.iinfo(dtype).min <= GUARD_INT <= torch.iinfo(dtype).max else 0x5A
 
 
 def _is_poison(t: torch.Tensor) -> torch.Tensor:
