@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import traceback
 
-import pytest
-
 os.environ["TRITON_INTERPRET"] = "0"  # set before Triton is imported; the course plugin leaves it alone then
 
 _RESULTS: dict[tuple, str] = {}
@@ -79,7 +77,7 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section(f"Triton {triton.__version__} compile check")
     failed = 0
-    for (name, sig, consts, attrs, warps, stages), status in sorted(_RESULTS.items()):
+    for (name, sig, consts, _attrs, warps, stages), status in sorted(_RESULTS.items()):
         failed += not status.startswith("ok")
         if not status.startswith("ok") or os.environ.get("COMPILE_CHECK_VERBOSE"):
             tr.write_line(f"{status}  {name} {consts} warps={warps} stages={stages} {sig}")

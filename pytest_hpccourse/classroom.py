@@ -8,8 +8,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import answers, manifest
+from . import answers
 from .manifest import Lesson, Question
 
 

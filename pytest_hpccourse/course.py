@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import manifest, report, rubric as rubric_mod
+from . import manifest, report
+from . import rubric as rubric_mod
 from .results import PROPERTY, LessonResult, combine, failure_line
 
 KEYS_ENV = "HPCCOURSE_KEYS"

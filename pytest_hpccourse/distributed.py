@@ -240,7 +240,6 @@ class _Worker:
         import datetime
 
         import torch.distributed as dist
-
         from ray import cloudpickle
 
         self._begin(call_id)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import answers, manifest, rubric as rubric_mod
+from . import answers, manifest
+from . import rubric as rubric_mod
 
 PROPERTY = "hpccourse"
 

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from lesson_factory import QUESTIONS, write_lesson
 
 from pytest_hpccourse import manifest

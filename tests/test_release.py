@@ -260,7 +260,7 @@ def test_reference_copied_back_scores_ten(released: Path, tmp_path: Path):
     shutil.copytree(released, repo)
     copy_reference_back(repo)
     proc, doc = run_course(repo)
-    assert [(l["id"], l["score"], l["status"]) for l in doc["lessons"]] == \
+    assert [(le["id"], le["score"], le["status"]) for le in doc["lessons"]] == \
            [("demo-01", 10.0, "PASS"), ("demo-02", 10.0, "PASS")], proc.stdout
 
 
@@ -277,7 +277,7 @@ def test_keys_from_option_env_or_nowhere(released: Path, released_no_keys: Path,
     shutil.copyfile(released / integrity.KEYS, keys)
     for args, env in ((["--course-keys", str(keys)], {}), ([], {"HPCCOURSE_KEYS": str(keys)})):
         _, doc = run_course(repo, *args, env=env)
-        assert [(l["score"], l["status"]) for l in doc["lessons"]] == [(10.0, "PASS")] * 2, args or env
+        assert [(le["score"], le["status"]) for le in doc["lessons"]] == [(10.0, "PASS")] * 2, args or env
 
 
 def classroom_payload(output_file: Path) -> dict:
@@ -340,10 +340,10 @@ def test_release_works_from_a_fresh_venv(released: Path, tmp_path: Path):
     assert where.startswith(str(venv)), where
 
     _, doc = run_course(repo, python=str(vpy), env=env, report=tmp_path / "blank.json")
-    assert [(l["id"], l["score"]) for l in doc["lessons"]] == [("demo-01", 0.0), ("demo-02", 0.0)]
+    assert [(le["id"], le["score"]) for le in doc["lessons"]] == [("demo-01", 0.0), ("demo-02", 0.0)]
     copy_reference_back(repo)
     _, doc = run_course(repo, python=str(vpy), env=env, report=tmp_path / "ref.json")
-    assert [(l["id"], l["score"], l["status"]) for l in doc["lessons"]] == \
+    assert [(le["id"], le["score"], le["status"]) for le in doc["lessons"]] == \
            [("demo-01", 10.0, "PASS"), ("demo-02", 10.0, "PASS")]
 
 

@@ -14,12 +14,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
-import triton.language as tl
-from lesson_factory import write_lesson
-from triton.runtime import interpreter
+import triton.language as tl  # noqa: E402  (after the importorskip guards)
+from lesson_factory import write_lesson  # noqa: E402  (after the importorskip guards)
+from triton.runtime import interpreter  # noqa: E402  (after the importorskip guards)
 
-from pytest_hpccourse import triton_guard
-from pytest_hpccourse.triton_guard import TritonOutOfBoundsError, round_to_tf32
+from pytest_hpccourse import triton_guard  # noqa: E402  (after the importorskip guards)
+from pytest_hpccourse.triton_guard import TritonOutOfBoundsError, round_to_tf32  # noqa: E402  (after the importorskip guards)
 
 HAS_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor") and hasattr(interpreter.InterpreterBuilder,
                                                                      "create_make_tensor_descriptor")

@@ -4,8 +4,9 @@ numpy scalars, checked against the kernel's parameter types and packed as the ke
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

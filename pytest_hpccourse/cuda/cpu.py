@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import source as src
-from .errors import (KIND_TO_ERROR, CudaCompileError, CudaCrashError, CudaError, CudaTimeoutError,
-                     CudaUnsupportedError)
+from .errors import KIND_TO_ERROR, CudaCompileError, CudaCrashError, CudaError, CudaTimeoutError, CudaUnsupportedError
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
@@ -453,7 +452,7 @@ def run_launch(b: Build, kernel: str, grid, block, smem: int, args: list, *, ord
     """Run one launch; array arguments are written back in place. Returns the result's stats."""
     tmp = tempfile.mkdtemp(prefix="hpccuda-", dir=_shm_dir())
     try:
-        lines = [f"kernel {kernel}", "grid %d %d %d" % tuple(grid), "block %d %d %d" % tuple(block), f"smem {int(smem)}",
+        lines = [f"kernel {kernel}", "grid {} {} {}".format(*map(int, grid)), "block {} {} {}".format(*map(int, block)), f"smem {int(smem)}",
                  f"order {order}", f"seed {int(seed)}", f"banks {1 if banks else 0}"]
         off = 0
         spans = []

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import source as src
-from .args import (CudaArgumentError, ParamInfo, check_pointer_dtype, host_buffer, is_cupy, is_torch,
-                   scalar_value)
+from .args import CudaArgumentError, ParamInfo, check_pointer_dtype, host_buffer, is_cupy, is_torch, scalar_value
 from .errors import CudaCompileError, CudaError, CudaLaunchError, CudaOutOfBoundsError, CudaUnsupportedError
 
 

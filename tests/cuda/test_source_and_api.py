@@ -210,9 +210,9 @@ def test_argument_checks(red):
     with pytest.raises(cuda.CudaArgumentError, match="does not fit in int32"):
         red.block_sum[1, 32, 128](x, np.zeros(1, np.float32), 2**40)
     with pytest.raises(AttributeError, match="no __global__ function `nope`"):
-        red.nope
+        _ = red.nope
     with pytest.raises(AttributeError, match="template kernel"):
-        red.scale
+        _ = red.scale
     with pytest.raises(cuda.CudaCompileError, match="could not instantiate kernel `scale<flaot>`"):
         red["scale<flaot>"][1, 32](x, 1.0, 10)
 
