@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from pytest_hpccourse.collectives import record_collectives
 from pytest_hpccourse.distributed import run_ranks
 
 
@@ -36,76 +37,8 @@ def test_build_buckets(lesson):
         assert ddp.build_buckets(sizes, cap) == reference_buckets(sizes, cap), (sizes, cap)
 
 
-# --- recording torch.distributed -------------------------------------------------------------
-# Every collective the learner's code issues goes through these wrappers (installed inside each rank
-# for the duration of a drill), so the tests see what was launched, when, and whether it was waited.
-
-_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
-                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-                "gather", "scatter", "barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv")
-# Work methods that block on, or poll, the communication: none may run during backward.
-_WAITING = ("wait", "get_future", "synchronize", "result", "is_completed", "exception")
-
-
-class _RecordedWork:
-    """Stands in for the Work handle of an async collective; logs in which phase it was waited."""
-
-    def __init__(self, work, event, recorder):
-        self._work, self._event, self._recorder = work, event, recorder
-
-    def __getattr__(self, name):
-        attr = getattr(self._work, name)
-        if name in _WAITING and callable(attr):
-            def touched(*args, **kwargs):
-                self._event["touched"].append((name, self._recorder.phase))
-                return attr(*args, **kwargs)
-            return touched
-        return attr
-
-
-class _Recorder:
-    """Logs every torch.distributed collective of this process, with the phase it was issued in."""
-
-    def __init__(self):
-        import inspect
-
-        import torch.distributed as dist
-
-        self.dist, self.inspect = dist, inspect
-        self.phase = "init"
-        self.events = []  # dicts: op, phase, async, numel, touched; and ("ready"/"probe") markers
-        self._saved = {}
-
-    def __enter__(self):
-        for name in _COLLECTIVES:
-            orig = getattr(self.dist, name, None)
-            if orig is not None:
-                self._saved[name] = orig
-                setattr(self.dist, name, self._wrap(name, orig))
-        return self
-
-    def __exit__(self, *exc):
-        for name, orig in self._saved.items():  # pooled actors run other drills afterwards
-            setattr(self.dist, name, orig)
-
-    def _wrap(self, name, orig):
-        signature = self.inspect.signature(orig)
-
-        def recorded(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            tensors = [v for v in bound.arguments.values() if isinstance(v, torch.Tensor)]
-            event = {"op": name, "phase": self.phase, "touched": [],
-                     "async": bool(bound.arguments.get("async_op", name in ("isend", "irecv"))),
-                     "numel": tensors[0].numel() if tensors else 0}
-            self.events.append(event)
-            out = orig(*args, **kwargs)
-            return _RecordedWork(out, event, self) if out is not None and hasattr(out, "wait") else out
-
-        return recorded
-
-
 class _Probe(torch.autograd.Function):
-    """Identity whose backward writes a marker into the recorder's log."""
+    """Identity whose backward writes a marker into the collective log."""
 
     @staticmethod
     def forward(ctx, x, box):
@@ -115,7 +48,7 @@ class _Probe(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         if ctx.box[0] is not None:  # None in the single-process reference
-            ctx.box[0].events.append(("probe",))
+            ctx.box[0].mark("probe")
         return grad, None
 
 
@@ -156,7 +89,8 @@ def train_reference(x, y):
 
 
 def train_rank(rank, world_size, ddp_mod, x, y, caps):
-    with _Recorder() as recorder:
+    # every collective of the learner's code is logged with the phase it was issued (and waited) in
+    with record_collectives() as recorder:
         return {cap: train_with_cap(rank, world_size, ddp_mod, x, y, cap, recorder) for cap in caps}
 
 
@@ -165,7 +99,7 @@ def train_with_cap(rank, world_size, ddp_mod, x, y, cap, recorder):
     params = list(model.parameters())
     for i, p in enumerate(params):
         # Registered before the wrapper's hooks, so it runs first: "gradient i is complete".
-        p.register_post_accumulate_grad_hook(lambda _p, i=i: recorder.events.append(("ready", i)))
+        p.register_post_accumulate_grad_hook(lambda _p, i=i: recorder.mark("ready", i))
     model[1].box[0] = recorder
     recorder.phase = "init"
     ddp = ddp_mod.BucketedDDP(model, bucket_cap_bytes=cap)
@@ -186,8 +120,7 @@ def train_with_cap(rank, world_size, ddp_mod, x, y, cap, recorder):
         recorder.phase = "step"
         opt.step()
         # markers stay tuples; collectives become (op, numel, phase, async, ((method, phase), ...))
-        log = [e if isinstance(e, tuple) else
-               (e["op"], e["numel"], e["phase"], e["async"], tuple(e["touched"]))
+        log = [e if isinstance(e, tuple) else (e.op, e.numel, e.phase, e.async_op, tuple(e.touched))
                for e in recorder.events[first:]]
         steps.append({"log": log, "fired": [i for b in ddp.fired for i in ddp.buckets[b]]})
     return {"params": [p.detach() for p in model.parameters()], "steps": steps,

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from pytest_hpccourse.collectives import record_collectives
 from pytest_hpccourse.distributed import run_ranks
 
 
@@ -53,67 +54,19 @@ def _bytes(tensors):
     return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
-# --- recording torch.distributed -------------------------------------------------------------
-# Every collective the learner's code issues goes through these wrappers (installed inside each rank
-# for the duration of a drill), so the tests see which collectives moved how many bytes.
-
-_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
-                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-                "gather", "scatter", "barrier", "send", "recv", "isend", "irecv")
-
-
-def _nbytes(value):
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_nbytes(v) for v in value)
-    return 0
-
-
-class _Recorder:
-    """Logs every torch.distributed collective of this process: (op, bytes of its first and second
-    tensor arguments). For reduce-scatter that is (output, input); for all-gather (output, input)."""
-
-    def __init__(self):
-        import inspect
-
-        import torch.distributed as dist
-
-        self.dist, self.inspect = dist, inspect
-        self.events = []
-        self._saved = {}
-
-    def __enter__(self):
-        for name in _COLLECTIVES:
-            orig = getattr(self.dist, name, None)
-            if orig is not None:
-                self._saved[name] = orig
-                setattr(self.dist, name, self._wrap(name, orig))
-        return self
-
-    def __exit__(self, *exc):
-        for name, orig in self._saved.items():  # pooled actors run other drills afterwards
-            setattr(self.dist, name, orig)
-
-    def _wrap(self, name, orig):
-        signature = self.inspect.signature(orig)
-
-        def recorded(*args, **kwargs):
-            values = list(signature.bind(*args, **kwargs).arguments.values())
-            sizes = [_nbytes(v) for v in values if _nbytes(v)]
-            self.events.append((name, *sizes[:2]))
-            return orig(*args, **kwargs)
-
-        return recorded
+# every spelling torch 2.13 offers, all (output, input): the list form, the flat-tensor form and the
+# newer *_single names
+REDUCE_SCATTER = ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single")
+ALL_GATHER = ("all_gather", "all_gather_into_tensor", "all_gather_single")
 
 
 def wire_bytes(event, world_size):
     """Bytes one rank sends for a collective with the ring algorithm (train-03)."""
     op, *sizes = event
     n = world_size
-    if op in ("reduce_scatter", "reduce_scatter_tensor"):  # (output, input): N-1 chunks of output
+    if op in REDUCE_SCATTER:  # (output, input): N-1 chunks of output
         return (n - 1) * sizes[0]
-    if op in ("all_gather", "all_gather_into_tensor"):  # (output, input): N-1 chunks of input
+    if op in ALL_GATHER:  # (output, input): N-1 chunks of input
         return (n - 1) * sizes[1]
     if op == "all_reduce":
         return 2 * (n - 1) * sizes[0] / n
@@ -121,7 +74,8 @@ def wire_bytes(event, world_size):
 
 
 def train_rank(rank, world_size, zero_mod, data):
-    with _Recorder() as recorder:
+    # every collective of the learner's code is logged with the bytes of its tensor arguments
+    with record_collectives() as recorder:
         return {dtype: train_dtype(rank, world_size, zero_mod, x, y, recorder)
                 for dtype, (x, y) in data.items()}
 
@@ -136,7 +90,9 @@ def train_dtype(rank, world_size, zero_mod, x, y, recorder):
         nn.functional.mse_loss(model(xs), ys).backward()
         first = len(recorder.events)
         opt.step()
-        comms.append(recorder.events[first:])
+        # (op, bytes of its first and second tensor arguments): reduce-scatter and all-gather
+        # give (output, input)
+        comms.append([(e.op, *e.nbytes[:2]) for e in recorder.events[first:]])
         freed.append(all(p.grad is None for p in model.parameters()))
     states = [t for s in opt.inner.state.values() for t in s.values() if torch.is_tensor(t)]
     return {
@@ -205,8 +161,8 @@ def test_step_moves_one_reduce_scatter_and_one_all_gather(lesson, ray_cluster, w
                 assert "all_reduce" not in ops, (
                     f"{where}: all_reduce in step(): every rank receives the whole summed gradient "
                     "(2(N-1)/N of it on the wire, N times the bytes it keeps); ZeRO reduce-scatters it")
-                scatter = [e for e in events if e[0] in ("reduce_scatter_tensor", "reduce_scatter")]
-                gather = [e for e in events if e[0] in ("all_gather_into_tensor", "all_gather")]
+                scatter = [e for e in events if e[0] in REDUCE_SCATTER]
+                gather = [e for e in events if e[0] in ALL_GATHER]
                 assert len(scatter) == 1 and len(gather) == 1 and len(events) == 2, \
                     f"{where}: expected one reduce-scatter and one all-gather per step, got {ops}"
                 assert scatter[0][1:] == (shard * elem, world_size * shard * elem), \
