@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from . import capabilities, classroom, concise, isolate, manifest, report
+from . import capabilities, classroom, concise, interpret, isolate, manifest, report
 from .collect import LessonFile, ManifestItem, QuestionItem
 from .course import Course
 from .results import PROPERTY, failure_line
@@ -88,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): weight of this code test in its lesson's code score (default 1)")
     config.addinivalue_line("markers", "requires(*capabilities): this test needs these capabilities on top of "
                                        "its lesson's `requires`; skipped as NEEDS without them")
+    config.addinivalue_line("markers", interpret.MARKER_HELP)
     paths = [Path(str(a).split("::")[0]) for a in config.args]
     lesson_dirs = _lesson_dirs(config, paths, config.getoption("ignore") or ())
     if not lesson_dirs:
@@ -157,6 +158,9 @@ class CourseHooks:
             item.stash[LESSON_KEY] = folder
             if default_timeout and item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(result.rubric.timeout))
+            found = self.code_test_lesson(item)
+            if found is not None:  # after the timeout marker: the interpreter child gets the test's timeout
+                interpret.redirect(item, found[1])
 
     def _scoring_lesson(self, path: Path) -> Path | None:
         result = self.course.result_for_path(Path(path))

@@ -80,3 +80,17 @@ def test_empty_and_default_output(lesson, device, guard, monkeypatch):
     x, y = _inputs(300, device, torch.float32, seed=3)
     torch.testing.assert_close(mod.add(x, y).cpu(), (x + y).cpu(), rtol=0, atol=0)
     guard.check()
+
+
+@pytest.mark.interpreter
+def test_loads_stay_inside_the_inputs(lesson, device, guard):
+    # x and y are views at the start of larger buffers: a load past n reads valid memory and the masked store
+    # hides it, so only a bounds check sees it. The interpreter's guard checks every lane against the views;
+    # on a GPU machine this test runs through the interpreter in a subprocess (@pytest.mark.interpreter).
+    mod = lesson.load("vector_add.py")
+    n = 1001  # a ragged last block for every power-of-two BLOCK_SIZE
+    x, y = _inputs(n, device, torch.float32, seed=5)
+    out = guard.empty((n,), torch.float32, device)
+    mod.add(x, y, out=out)
+    torch.testing.assert_close(out.cpu(), (x + y).cpu(), rtol=0, atol=0)
+    guard.check()

@@ -75,6 +75,19 @@ def test_strided_edge_shapes(lesson, device, guard, shape):
     _check(guard, out, x.t())
 
 
+@pytest.mark.interpreter
+def test_loads_stay_inside_the_input(lesson, device, guard):
+    # x is a window of a larger buffer: an edge tile read past its last row or column stays inside memory and
+    # only feeds elements the masked store drops, so only a bounds check sees it. On a GPU machine this test
+    # runs through the guarded interpreter in a subprocess.
+    mod = lesson.load("transpose.py")
+    M, N = 37, 53  # ragged against every tile
+    x = _layout("offset-window", M, N, device)
+    out = _guarded_out(guard, N, M, device, x.dtype)
+    mod.transpose_strided(x, out=out)
+    _check(guard, out, x.t())
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_descriptor_transpose(lesson, device, guard, dtype):

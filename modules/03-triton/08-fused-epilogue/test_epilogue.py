@@ -113,3 +113,20 @@ def test_fp16_epilogue_rounds_once(lesson, device):
     h = mod.swiglu(x, wg, wu, **SMALL)
     ref = F.silu(_d(x) @ _d(wg)) * (_d(x) @ _d(wu))
     _assert_within_one_ulp(h, ref)
+
+
+@pytest.mark.interpreter
+def test_loads_stay_inside_the_inputs(lesson, device):
+    # the bias is a view at the start of a larger buffer: a bias load past N stays inside memory and only
+    # feeds columns the masked store drops, so only a bounds check sees it. On a GPU machine this test runs
+    # through the guarded interpreter in a subprocess.
+    mod = lesson.load("epilogue.py")
+    M, N, K = 21, 37, 19  # ragged last tile in every dimension
+    x = _rand((M, K), device, torch.float32, seed=14)
+    w = _rand((K, N), device, torch.float32, seed=15, scale=0.3)
+    b = _rand((N,), device, torch.float32, seed=16)
+    out = mod.linear_act(x, w, b, "gelu", input_precision="ieee", **SMALL)
+    torch.testing.assert_close(_d(out), F.gelu(_d(x) @ _d(w) + _d(b)), **FP32)
+    wu = _rand((K, N), device, torch.float32, seed=17, scale=0.3)
+    h = mod.swiglu(x, w, wu, input_precision="ieee", **SMALL)
+    torch.testing.assert_close(_d(h), F.silu(_d(x) @ _d(w)) * (_d(x) @ _d(wu)), **FP32)
