@@ -32,7 +32,9 @@ def test_each_element_read_once_is_counted_exactly(race):
     st = k.stats
     xs = cuda.gmem_counters(st, "x")
     assert xs == {"bytes": 4 * n, "elem": 4, "loads": n, "load_bytes": 4 * n, "bytes_read": 4 * n,
-                  "max_reads_per_byte": 1, "stores": 0, "store_bytes": 0, "atomics": 0}
+                  "max_reads_per_byte": 1, "stores": 0, "store_bytes": 0, "atomics": 0,
+                  # 31 full warps (4 sectors each) and one of 8 lanes (32 bytes: 1 sector)
+                  "load_requests": 32, "load_sectors": 31 * 4 + 1, "store_requests": 0, "store_sectors": 0}
     ys = cuda.gmem_counters(st, "y")
     assert ys["loads"] == 0 and ys["stores"] == n and ys["store_bytes"] == 4 * n
     assert st["gmem_loads"] == n and st["gmem_load_bytes"] == 4 * n and st["gmem_stores"] == n

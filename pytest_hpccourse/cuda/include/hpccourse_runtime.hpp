@@ -331,6 +331,7 @@ struct Buf {
     struct GShadow* shadow;
     uint8_t* reads;         // per byte: how many thread-level loads read it (saturates at 255)
     unsigned long long loads, load_bytes, stores, store_bytes, atomics;
+    unsigned long long load_requests, load_sectors, store_requests, store_sectors;  // warp-level requests, 32-byte sectors
 #endif
 };
 std::vector<Buf> g_bufs;
@@ -418,6 +419,90 @@ void bank_finalize() {
     }
     g_bank_groups.clear();
     g_bank_index.clear();
+}
+
+// Global-memory sectors per warp-level request: the lanes' accesses of one warp at one instruction (its k-th
+// execution by each lane, the key of the bank-conflict groups) form one request; it touches the distinct 32-byte
+// sectors of its lanes' bytes (offsets from the buffer start, as cudaMalloc's 256-byte alignment makes them).
+struct GmemGroup {
+    bool write;
+    int n;
+    uint16_t buf[32];
+    uint32_t s0[32], s1[32];  // first and last sector of each lane's access
+};
+std::unordered_map<BankKey, int, BankKeyHash> g_gmem_index;  // open requests -> slot in g_gmem_groups
+std::vector<GmemGroup> g_gmem_groups;
+std::vector<int> g_gmem_free;
+unsigned long long st_gld_req = 0, st_gld_sec = 0, st_gst_req = 0, st_gst_sec = 0;
+
+void gmem_group_done(GmemGroup& g) {
+    uint64_t sec[64];
+    int m = 0;
+    for (int i = 0; i < g.n; i++)
+        for (uint32_t s = g.s0[i]; s <= g.s1[i] && m < 64; s++) sec[m++] = ((uint64_t)g.buf[i] << 40) | s;
+    g.n = -1;  // closed
+    std::sort(sec, sec + m);
+    unsigned long long total = 0;
+    for (int i = 0; i < m;) {
+        // one buffer's run of sorted keys: count its distinct sectors
+        int j = i;
+        unsigned long long distinct = 0;
+        while (j < m && (sec[j] >> 40) == (sec[i] >> 40)) {
+            if (j == i || sec[j] != sec[j - 1]) distinct++;
+            j++;
+        }
+        Buf& b = g_bufs[(size_t)(sec[i] >> 40)];
+        if (g.write) { b.store_requests++; b.store_sectors += distinct; }
+        else { b.load_requests++; b.load_sectors += distinct; }
+        total += distinct;
+        i = j;
+    }
+    if (g.write) { st_gst_req++; st_gst_sec += total; }
+    else { st_gld_req++; st_gld_sec += total; }
+}
+
+void gmem_finalize() {
+    for (GmemGroup& g : g_gmem_groups)
+        if (g.n > 0) gmem_group_done(g);
+    g_gmem_groups.clear();
+    g_gmem_index.clear();
+    g_gmem_free.clear();
+}
+
+void gmem_record(Fiber* f, uintptr_t pc, const Buf* b, uintptr_t a, size_t n, bool write) {
+    unsigned occ = (*f->pc_count)[pc]++;
+    BankKey k{pc, (unsigned)f->warp, occ};
+    auto it = g_gmem_index.find(k);
+    int gi;
+    if (it == g_gmem_index.end()) {
+        if (!g_gmem_free.empty()) {
+            gi = g_gmem_free.back();
+            g_gmem_free.pop_back();
+        } else {
+            gi = (int)g_gmem_groups.size();
+            g_gmem_groups.emplace_back();
+        }
+        it = g_gmem_index.emplace(k, gi).first;
+        g_gmem_groups[(size_t)gi].write = write;
+        g_gmem_groups[(size_t)gi].n = 0;
+    } else {
+        gi = it->second;
+    }
+    GmemGroup& g = g_gmem_groups[(size_t)gi];
+    if (g.n < 32) {
+        uintptr_t off = a - b->lo;
+        g.buf[g.n] = (uint16_t)(b - g_bufs.data());
+        g.s0[g.n] = (uint32_t)(off / 32);
+        g.s1[g.n] = (uint32_t)((off + (n ? n : 1) - 1) / 32);
+        g.n++;
+    }
+    // every lane of the warp is in: the request is complete (lanes that exited or diverged are closed at the
+    // next barrier or at the end of the block)
+    if (g.n >= std::min(32, g_nthreads - f->warp * 32)) {
+        gmem_group_done(g);
+        g_gmem_index.erase(it);
+        g_gmem_free.push_back(gi);
+    }
 }
 
 void bank_record(Fiber* f, uintptr_t pc, size_t off, size_t n, bool write) {
@@ -627,6 +712,7 @@ void global_access(uintptr_t a, size_t n, int kind, uintptr_t pc) {
         }
         return;
     }
+    if (kind != 2) gmem_record(f, pc, b, a, n, kind != 0);
     if (kind == 0) {
         st_gmem_loads++;
         st_gmem_load_bytes += n;
@@ -712,8 +798,10 @@ void write_stats(Out& o) {
 #ifdef HPCCOURSE_CHECKED
     snprintf(t, sizeof t,
              ",\"gmem_loads\":%llu,\"gmem_load_bytes\":%llu,\"gmem_stores\":%llu,\"gmem_store_bytes\":%llu,"
-             "\"gmem_atomics\":%llu,\"smem_atomics\":%llu,\"gmem_by_arg\":{",
-             st_gmem_loads, st_gmem_load_bytes, st_gmem_stores, st_gmem_store_bytes, st_gmem_atomics, st_smem_atomics);
+             "\"gmem_atomics\":%llu,\"smem_atomics\":%llu,\"gmem_load_requests\":%llu,\"gmem_load_sectors\":%llu,"
+             "\"gmem_store_requests\":%llu,\"gmem_store_sectors\":%llu,\"gmem_by_arg\":{",
+             st_gmem_loads, st_gmem_load_bytes, st_gmem_stores, st_gmem_store_bytes, st_gmem_atomics, st_smem_atomics,
+             st_gld_req, st_gld_sec, st_gst_req, st_gst_sec);
     o.raw(t);
     bool first_buf = true;
     for (const Buf& b : g_bufs) {
@@ -731,8 +819,10 @@ void write_stats(Out& o) {
         o.str(b.name.c_str());
         snprintf(t, sizeof t,
                  ":{\"bytes\":%zu,\"elem\":%d,\"loads\":%llu,\"load_bytes\":%llu,\"bytes_read\":%llu,"
-                 "\"max_reads_per_byte\":%u,\"stores\":%llu,\"store_bytes\":%llu,\"atomics\":%llu}",
-                 nb, b.elem, b.loads, b.load_bytes, touched, maxr, b.stores, b.store_bytes, b.atomics);
+                 "\"max_reads_per_byte\":%u,\"stores\":%llu,\"store_bytes\":%llu,\"atomics\":%llu,"
+                 "\"load_requests\":%llu,\"load_sectors\":%llu,\"store_requests\":%llu,\"store_sectors\":%llu}",
+                 nb, b.elem, b.loads, b.load_bytes, touched, maxr, b.stores, b.store_bytes, b.atomics, b.load_requests,
+                 b.load_sectors, b.store_requests, b.store_sectors);
         o.raw(t);
     }
     o.raw("}");
@@ -950,6 +1040,7 @@ void release_barrier() {
 #ifdef HPCCOURSE_CHECKED
     g_epoch++;
     if (g_banks) bank_finalize();
+    gmem_finalize();
 #endif
 }
 
@@ -1240,6 +1331,7 @@ void run_block() {
     }
 #ifdef HPCCOURSE_CHECKED
     if (g_banks) bank_finalize();
+    gmem_finalize();
 #endif
 }
 
@@ -1394,6 +1486,7 @@ void* device_malloc(size_t n, int kind) {
                 : nullptr;
     if (b.reads == MAP_FAILED) b.reads = nullptr;
     b.loads = b.load_bytes = b.stores = b.store_bytes = b.atomics = 0;
+    b.load_requests = b.load_sectors = b.store_requests = b.store_sectors = 0;
     g_glo = std::min(g_glo, b.lo - GMEM_RZ);
     g_ghi = std::max(g_ghi, b.hi + GMEM_RZ);
 #endif
