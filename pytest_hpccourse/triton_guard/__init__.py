@@ -193,6 +193,26 @@ def install(bounds: bool = True, tf32: str = "truncate") -> None:
         functools.update_wrapper(fn, originals[name])
         setattr(executor_cls, name, fn)
         _state.originals[(executor_cls, name)] = originals[name]
+    _fix_scalar_index(interp)
+
+
+def _fix_scalar_index(interp: Any) -> None:
+    """Triton <= 3.6's interpreter turns a scalar into an index with `int(handle.data)`, but scalars are
+    1-element arrays there, which NumPy >= 2.4 refuses (TypeError "only 0-dimensional arrays can be
+    converted"): any `range(0, K, BLOCK_K)` over a runtime K fails before the kernel runs. Later triton
+    squeezes the array first (triton 3.9 interpreter.py, `_patch_lang_tensor`); do the same here."""
+    patch_tensor = getattr(interp, "_patch_lang_tensor", None)
+    if patch_tensor is None:
+        return
+
+    def patch_lang_tensor(tensor: Any, scope: Any) -> Any:
+        out = patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).squeeze()))
+        return out
+
+    functools.update_wrapper(patch_lang_tensor, patch_tensor)
+    interp._patch_lang_tensor = patch_lang_tensor
+    _state.originals[(interp, "_patch_lang_tensor")] = patch_tensor
 
 
 def uninstall() -> None:
