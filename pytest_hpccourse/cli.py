@@ -15,6 +15,8 @@ SUBCOMMANDS = {
     "release": ("pytest_hpccourse.release", "write a module's student repo (solutions blanked)"),
     "check": ("pytest_hpccourse.check", "prove lessons sound: reference 10/10, blank 0, mutants caught"),
     "new": ("pytest_hpccourse.scaffold", "scaffold a new lesson folder"),
+    "site": ("pytest_hpccourse.site", "build or serve the course site (learner or reference edition)"),
+    "notebook": ("pytest_hpccourse.notebook", "write one lesson as a Jupyter notebook"),
 }
 
 
