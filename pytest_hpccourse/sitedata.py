@@ -41,6 +41,7 @@ class ModulePlan:
     number: int
     dir: str
     title: str
+    short: str  # the learning-path node's label
     phase: int
     skills: str
     prerequisites: tuple[int, ...]
@@ -213,7 +214,7 @@ def load_plan(path: Path) -> Plan:
             raise reader.fail(where, f"phase {phase} is not declared")
         modules.append(ModulePlan(
             number=int(reader.number(m, "number", where)), dir=reader.text(m, "dir", where),
-            title=reader.text(m, "title", where), phase=phase, skills=reader.text(m, "skills", where),
+            title=reader.text(m, "title", where), short=reader.text(m, "short", where), phase=phase, skills=reader.text(m, "skills", where),
             prerequisites=tuple(prereq),
             lessons=tuple(PlannedLesson(reader.text(x, "id", f"{where}.lessons[{j}]"),
                                         reader.text(x, "title", f"{where}.lessons[{j}]"))

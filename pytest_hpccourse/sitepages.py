@@ -305,7 +305,7 @@ def learning_path(course: Course) -> str:
             n = len(m.plan.lessons)
             done = len(m.lessons)
             status = f"{n} 课" if done == n else f"{n} 课 · 已建 {done}"
-            lines.append(f'    M{m.plan.number:02d}["{m.label}<br/>{status}"]')
+            lines.append(f'    M{m.plan.number:02d}["{m.plan.number:02d} {m.plan.short}<br/>{status}"]')
         sequential = phase.number != 4  # phase 4's two modules run side by side
         if sequential:
             for a, b in zip(members, members[1:]):
