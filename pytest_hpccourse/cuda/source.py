@@ -387,7 +387,6 @@ _UNSUPPORTED_INCLUDES = {
     "cuda_pipeline.h": "asynchronous copies (`__pipeline_*`)",
     "cuda_awbarrier.h": "asynchronous barriers",
     "texture_fetch_functions.h": "textures",
-    "cuda_fp8.h": "FP8 types",
     "cub/": "CUB", "thrust/": "Thrust", "cute/": "CuTe", "cutlass/": "CUTLASS",
 }
 
