@@ -17,6 +17,9 @@
 #ifndef LOADS
 #define LOADS 8  // elements each lane loads per iteration (loads in flight); benchmarks/cuda_h200.py sweeps it
 #endif
+#ifndef CACHE
+#define CACHE 32  // float4 registers per lane for a row kept in registers: rows up to 128 * CACHE = 4096 floats
+#endif
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
@@ -42,21 +45,44 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
         // BEGIN SOLUTION
         float m = neg_inf();  // running max of the elements this lane has seen
         float d = 0.0f;       // running sum of exp(x_j - m) over those elements
-        // Lane-strided (a warp reads 128 contiguous bytes per load), LOADS elements per iteration: the
-        // loads are issued back to back, so each lane keeps LOADS loads in flight. Elements past the
-        // end read as -inf, which rescale() turns into a contribution of exactly 0.
-        for (int j = lane; j < cols; j += 32 * LOADS) {
-            float v[LOADS];
+        // Fast path: a row of at most 128 * CACHE floats whose start is 16-byte aligned (cols % 4 == 0)
+        // is read from global memory ONCE: each lane loads its float4s (lane, lane + 32, ...: a warp
+        // reads 512 contiguous bytes per load) into registers, all CACHE loads in flight together, and
+        // pass 2 normalizes the registers. Other rows stream through global memory twice.
+        bool in_registers = cols % 4 == 0 && cols <= 128 * CACHE;
+        float4 v4[CACHE];
+        if (in_registers) {
+            const float4* xr4 = reinterpret_cast<const float4*>(xr);
+            int n4 = cols / 4;
 #pragma unroll
-            for (int u = 0; u < LOADS; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : neg_inf();
-            float m_new = m;
+            for (int u = 0; u < CACHE; ++u) {
+                int j = lane + 32 * u;  // float4 index in the row
+                v4[u] = j < n4 ? xr4[j] : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
+            }
 #pragma unroll
-            for (int u = 0; u < LOADS; ++u) m_new = fmaxf(m_new, v[u]);
-            float batch = 0.0f;  // this batch's sum, taken relative to m_new
+            for (int u = 0; u < CACHE; ++u) {
+                float4 v = v4[u];
+                float m_new = fmaxf(fmaxf(m, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
+                d = d * rescale(m, m_new) + ((rescale(v.x, m_new) + rescale(v.y, m_new)) +
+                                             (rescale(v.z, m_new) + rescale(v.w, m_new)));
+                m = m_new;
+            }
+        } else {
+            // Lane-strided, LOADS elements per iteration issued back to back (LOADS loads in flight per
+            // lane). Elements past the end read as -inf, which rescale() turns into a contribution of 0.
+            for (int j = lane; j < cols; j += 32 * LOADS) {
+                float v[LOADS];
 #pragma unroll
-            for (int u = 0; u < LOADS; ++u) batch += rescale(v[u], m_new);
-            d = d * rescale(m, m_new) + batch;
-            m = m_new;
+                for (int u = 0; u < LOADS; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : neg_inf();
+                float m_new = m;
+#pragma unroll
+                for (int u = 0; u < LOADS; ++u) m_new = fmaxf(m_new, v[u]);
+                float batch = 0.0f;  // this batch's sum, taken relative to m_new
+#pragma unroll
+                for (int u = 0; u < LOADS; ++u) batch += rescale(v[u], m_new);
+                d = d * rescale(m, m_new) + batch;
+                m = m_new;
+            }
         }
 
         // Merge the 32 lane states with a butterfly; afterwards every lane holds the row's (m, d).
@@ -69,15 +95,29 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
             m = m_new;
         }
 
-        // Second pass: the row is read again (from L2 when few enough rows are in flight), LOADS in flight.
+        // Pass 2: normalize. From the registers on the fast path; otherwise the row is read again
+        // (from L2 when few enough rows are in flight).
         float inv_d = 1.0f / d;
-        for (int j = lane; j < cols; j += 32 * LOADS) {
-            float v[LOADS];
+        if (in_registers) {
+            float4* yr4 = reinterpret_cast<float4*>(yr);
+            int n4 = cols / 4;
 #pragma unroll
-            for (int u = 0; u < LOADS; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : 0.0f;
+            for (int u = 0; u < CACHE; ++u) {
+                int j = lane + 32 * u;
+                float4 v = v4[u];
+                if (j < n4)
+                    yr4[j] = make_float4(expf(v.x - m) * inv_d, expf(v.y - m) * inv_d, expf(v.z - m) * inv_d,
+                                         expf(v.w - m) * inv_d);
+            }
+        } else {
+            for (int j = lane; j < cols; j += 32 * LOADS) {
+                float v[LOADS];
 #pragma unroll
-            for (int u = 0; u < LOADS; ++u)
-                if (j + 32 * u < cols) yr[j + 32 * u] = expf(v[u] - m) * inv_d;
+                for (int u = 0; u < LOADS; ++u) v[u] = j + 32 * u < cols ? xr[j + 32 * u] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < LOADS; ++u)
+                    if (j + 32 * u < cols) yr[j + 32 * u] = expf(v[u] - m) * inv_d;
+            }
         }
         // END SOLUTION
     }

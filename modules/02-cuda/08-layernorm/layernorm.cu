@@ -15,6 +15,9 @@
 #ifndef LOADS
 #define LOADS 4  // elements each thread loads per iteration (loads in flight); benchmarks/cuda_h200.py sweeps it
 #endif
+#ifndef CACHE
+#define CACHE 8  // float4 registers per thread for a row kept in registers: 32 floats per thread
+#endif
 
 // A Welford state: count, mean and M2 = sum of squared deviations from the mean.
 struct Welford {
@@ -62,26 +65,54 @@ __global__ void layernorm_fwd(const float* x, const float* gamma, const float* b
 
     // HINT: per-thread Welford update over a block-strided slice, then merge states: warp (shuffles) -> block (shared memory).
     // BEGIN SOLUTION
-    // Per-thread Welford: after k values, mean is their mean and m2 the sum of squared
-    // deviations, both updated with small numbers (x - mean), never with x^2.
-    // LOADS elements per iteration (block-strided, so every warp load is coalesced): the loads are
-    // issued back to back and stay in flight together.
+    // Fast path: a row of at most 4 * CACHE * blockDim.x floats starting 16-byte aligned (cols % 4 == 0)
+    // is read from global memory ONCE: each thread loads its float4s (block-strided, so a warp reads
+    // 512 contiguous bytes per load) into registers, all in flight together. Its Welford state then
+    // comes from those registers in two exact register passes (mean, then squared deviations), and
+    // the normalize pass reads the registers. Other rows stream through global memory twice.
     Welford w = {0.0f, 0.0f, 0.0f};
-    for (int j0 = threadIdx.x; j0 < cols; j0 += LOADS * blockDim.x) {
-        float v[LOADS];
+    bool in_registers = cols % 4 == 0 && cols <= 4 * CACHE * (int)blockDim.x;
+    float4 v4[CACHE];
+    int n4 = cols / 4;
+    if (in_registers) {
+        const float4* xr4 = reinterpret_cast<const float4*>(xr);
+        float sum = 0.0f;
 #pragma unroll
-        for (int u = 0; u < LOADS; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
+        for (int u = 0; u < CACHE; ++u) {
+            int j = threadIdx.x + u * blockDim.x;  // float4 index in the row
+            v4[u] = j < n4 ? xr4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (j < n4) w.n += 4.0f;
+            sum += (v4[u].x + v4[u].y) + (v4[u].z + v4[u].w);
+        }
+        w.mean = w.n > 0.0f ? sum / w.n : 0.0f;
 #pragma unroll
-        for (int u = 0; u < LOADS; ++u) {
-            if (j0 + u * blockDim.x < cols) {
-                w.n += 1.0f;
-                float delta = v[u] - w.mean;
-                w.mean += delta / w.n;
-                w.m2 += delta * (v[u] - w.mean);  // (x - old mean) * (x - new mean): exact in real arithmetic
+        for (int u = 0; u < CACHE; ++u) {
+            int j = threadIdx.x + u * blockDim.x;
+            if (j < n4) {
+                float a = v4[u].x - w.mean, b = v4[u].y - w.mean, c = v4[u].z - w.mean, e = v4[u].w - w.mean;
+                w.m2 += (a * a + b * b) + (c * c + e * e);
+            }
+        }
+    } else {
+        // Per-thread Welford: after k values, mean is their mean and m2 the sum of squared
+        // deviations, both updated with small numbers (x - mean), never with x^2.
+        // LOADS elements per iteration (block-strided, so every warp load is coalesced): the loads are
+        // issued back to back and stay in flight together.
+        for (int j0 = threadIdx.x; j0 < cols; j0 += LOADS * blockDim.x) {
+            float v[LOADS];
+#pragma unroll
+            for (int u = 0; u < LOADS; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < LOADS; ++u) {
+                if (j0 + u * blockDim.x < cols) {
+                    w.n += 1.0f;
+                    float delta = v[u] - w.mean;
+                    w.mean += delta / w.n;
+                    w.m2 += delta * (v[u] - w.mean);  // (x - old mean) * (x - new mean): exact in real arithmetic
+                }
             }
         }
     }
-
     w = warp_welford(w);
     if (lane == 0) warp_states[warp] = w;
     __syncthreads();
@@ -98,16 +129,30 @@ __global__ void layernorm_fwd(const float* x, const float* gamma, const float* b
         }
     }
     __syncthreads();  // everyone needs s_mean / s_rstd
-
     float mu = s_mean, rs = s_rstd;
-    for (int j0 = threadIdx.x; j0 < cols; j0 += LOADS * blockDim.x) {  // same batching as above
-        float v[LOADS];
+    if (in_registers) {
+        const float4* g4 = reinterpret_cast<const float4*>(gamma);
+        const float4* b4 = reinterpret_cast<const float4*>(beta);
+        float4* yr4 = reinterpret_cast<float4*>(yr);
 #pragma unroll
-        for (int u = 0; u < LOADS; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
+        for (int u = 0; u < CACHE; ++u) {
+            int j = threadIdx.x + u * blockDim.x;
+            if (j < n4) {
+                float4 v = v4[u], g = g4[j], b = b4[j];
+                yr4[j] = make_float4((v.x - mu) * rs * g.x + b.x, (v.y - mu) * rs * g.y + b.y,
+                                     (v.z - mu) * rs * g.z + b.z, (v.w - mu) * rs * g.w + b.w);
+            }
+        }
+    } else {
+        for (int j0 = threadIdx.x; j0 < cols; j0 += LOADS * blockDim.x) {  // same batching as above
+            float v[LOADS];
 #pragma unroll
-        for (int u = 0; u < LOADS; ++u) {
-            int j = j0 + u * blockDim.x;
-            if (j < cols) yr[j] = (v[u] - mu) * rs * gamma[j] + beta[j];
+            for (int u = 0; u < LOADS; ++u) v[u] = j0 + u * blockDim.x < cols ? xr[j0 + u * blockDim.x] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < LOADS; ++u) {
+                int j = j0 + u * blockDim.x;
+                if (j < cols) yr[j] = (v[u] - mu) * rs * gamma[j] + beta[j];
+            }
         }
     }
     // END SOLUTION
