@@ -85,6 +85,20 @@ def _tsan_flags() -> list[str]:
     return ["-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0"]
 
 
+def _tu_flags(variant: str) -> list[str]:
+    """Compile flags of the kernel translation unit only (the runtime object has our own hooks):
+    - every build: -fsanitize=alignment without recovery, so a load or store through a T* at an address that is
+      not a multiple of alignof(T) (a float4 that is not 16-byte aligned) calls the runtime's
+      __ubsan_handle_type_mismatch_v1_abort, which reports it (`misaligned`) as a GPU faults on it;
+    - the race build: TSan instrumentation of every access, and -fno-tree-sra: without it g++ splits a float4 copied
+      into a local into four 4-byte loads, and the traffic counters would see four loads where nvcc makes one
+      16-byte load (LDG.128)."""
+    out = ["-fsanitize=alignment", "-fno-sanitize-recover=alignment"]
+    if variant == "race":
+        out += _tsan_flags() + ["-fno-tree-sra"]
+    return out
+
+
 @functools.cache
 def _sources_hash() -> str:
     h = hashlib.sha256()
@@ -337,8 +351,8 @@ def build(path: Path, variant: str, *, templates: tuple[str, ...] = (), defines:
     includes = _local_include_texts(path, text)
     cflags, lflags = _flags(variant)
     dflags = [f"-D{k}={v}" if v is not None else f"-D{k}" for k, v in sorted(defines.items())]
-    key = _hash(str(path), text, includes, variant, cflags, lflags, dflags, list(flags), table, main,
-                _sources_hash(), toolchain_id())
+    key = _hash(str(path), text, includes, variant, cflags, _tu_flags(variant), lflags, dflags, list(flags), table,
+                main, _sources_hash(), toolchain_id())
     bdir = cache_root() / key
     exe = bdir / "runner"
     desc_file = bdir / "describe.json"
@@ -372,16 +386,16 @@ def _compile(path, text, includes, variant, table, main, defines, cflags, lflags
             nv_proc = subprocess.Popen(_nvcc_cmd(nvcc, path, defines, nv_out), stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True)
     tmp_exe = bdir / f"runner.{os.getpid()}.tmp"
-    cmd = [compiler(), *cflags, *dflags, *flags, "-Dmain=hpc_user_main", "-include", "hpccourse_cuda.h",
-           "-iquote", str(path.parent), "-I", str(path.parent), str(tu), str(rt), "-o", str(tmp_exe), *lflags]
-    if variant == "race":
-        # instrument the kernel TU only; the runtime object provides the __tsan_* hooks
-        cmd = [compiler(), *cflags, *dflags, *flags, *_tsan_flags(), "-Dmain=hpc_user_main", "-include", "hpccourse_cuda.h", "-iquote", str(path.parent), "-I",
-               str(path.parent), "-c", str(tu), "-o", str(bdir / "tu.o")]
+    # the kernel TU alone gets the instrumentation (the runtime object provides the hooks), then one link
+    cmd = [compiler(), *cflags, *_tu_flags(variant), *dflags, *flags, "-Dmain=hpc_user_main", "-include",
+           "hpccourse_cuda.h", "-iquote", str(path.parent), "-I", str(path.parent), "-c", str(tu), "-o",
+           str(bdir / "tu.o")]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode == 0 and variant == "race":
-        r = subprocess.run([compiler(), str(bdir / "tu.o"), str(rt), "-o", str(tmp_exe), *lflags],
+    if r.returncode == 0:
+        # a lesson's own flags (e.g. -fsanitize=float-cast-overflow) reach the link too, except in the race build
+        extra = flags if variant != "race" else []
+        r = subprocess.run([compiler(), *extra, str(bdir / "tu.o"), str(rt), "-o", str(tmp_exe), *lflags],
                            capture_output=True, text=True)
     compile_s = time.perf_counter() - t0
     nv_log = None
@@ -551,6 +565,18 @@ def _elf_base(exe: str) -> int:
         return 0
 
 
+@functools.lru_cache(maxsize=64)
+def _tu_source(tu: str) -> str:
+    """The learner's file of a rewritten translation unit (its first line is `#line 1 "<path>"`). g++ names the
+    TU itself, with the learner's line numbers, in the line table of the code it adds for -fsanitize checks."""
+    try:
+        with open(tu, encoding="utf-8", errors="replace") as fh:
+            m = re.match(r'#line 1 "(.*)"\s*$', fh.readline())
+        return m.group(1) if m else tu
+    except OSError:
+        return tu
+
+
 def symbolize(exe: Path, pcs: list[int], *, return_address: list[bool]) -> dict[int, tuple[str, str | None, int | None]]:
     """{pc: (function, file, line)} for offsets from the executable's start (first learner frame)."""
     seen: dict[int, bool] = {}
@@ -575,8 +601,13 @@ def symbolize(exe: Path, pcs: list[int], *, return_address: list[bool]) -> dict[
         elif blocks:
             blocks[-1].append(ln)
     inc = str(INCLUDE)
+    tu_dir = str(Path(exe).parent) + os.sep
     for p, lines in zip(pcs, blocks):
         frames = [(lines[i], lines[i + 1]) for i in range(0, len(lines) - 1, 2)]
+        for j, (fn, loc) in enumerate(frames):
+            m = re.match(r"^(.*\.emu\.cpp):(\d+)", loc)
+            if m and m.group(1).startswith(tu_dir):
+                frames[j] = (fn, f"{_tu_source(m.group(1))}:{m.group(2)}")
         pick = None
         for fn, loc in frames:
             m = re.match(r"^(.*):(\d+)", loc)
@@ -626,8 +657,10 @@ def _error_from(b: Build, res: dict | None, proc: subprocess.CompletedProcess, k
     for i, r in enumerate(reports):
         msg = r.get("message", "")
 
-        def loc(pc: int) -> str:
+        def loc(pc: int, r=r) -> str:
             s = syms.get(pc)
+            if r.get("file") and pc == r.get("pc1") and (not s or not s[1] or s[1].startswith(str(INCLUDE))):
+                return f"{_show(r['file'])}:{r.get('line')}"   # the compiler's own location of the access
             if s and s[1]:
                 return f"{_show(s[1])}:{s[2]}"
             return "an unknown place"
@@ -638,7 +671,7 @@ def _error_from(b: Build, res: dict | None, proc: subprocess.CompletedProcess, k
         texts.append(msg)
         if i == 0:
             s = syms.get(r.get("pc1", 0))
-            if s and s[1]:
+            if s and s[1] and not (r.get("file") and s[1].startswith(str(INCLUDE))):
                 first_loc = (s[1], s[2])
             elif r.get("file"):
                 first_loc = (r["file"], r.get("line") or None)

@@ -74,6 +74,13 @@ class CudaOutOfBoundsError(CudaError):
     """An access outside an argument buffer or a shared-memory variable, or an illegal address."""
 
 
+class CudaMisalignedError(CudaOutOfBoundsError):
+    """An access at an address that is not a multiple of its type's alignment (a `float4` load from an
+    address that is not 16-byte aligned, a `float2` at a non-8 address, a WMMA load/store whose pointer is
+    not 32-byte aligned or whose ldm is not a multiple of 16 bytes): a GPU stops the kernel with
+    "misaligned address" (cudaErrorMisalignedAddress)."""
+
+
 class CudaDeadlockError(CudaError):
     """Threads wait at a barrier or warp intrinsic that can never complete."""
 
@@ -95,6 +102,7 @@ KIND_TO_ERROR: dict[str, type[CudaError]] = {
     "gmem-oob": CudaOutOfBoundsError,
     "asan": CudaOutOfBoundsError,
     "segv": CudaOutOfBoundsError,
+    "misaligned": CudaMisalignedError,
     "deadlock": CudaDeadlockError,
     "warp": CudaDeadlockError,
     "timeout": CudaTimeoutError,

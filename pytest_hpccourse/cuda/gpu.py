@@ -19,7 +19,14 @@ import numpy as np
 
 from . import source as src
 from .args import CudaArgumentError, ParamInfo, check_pointer_dtype, host_buffer, is_cupy, is_torch, scalar_value
-from .errors import CudaCompileError, CudaError, CudaLaunchError, CudaOutOfBoundsError, CudaUnsupportedError
+from .errors import (
+    CudaCompileError,
+    CudaError,
+    CudaLaunchError,
+    CudaMisalignedError,
+    CudaOutOfBoundsError,
+    CudaUnsupportedError,
+)
 
 
 @functools.cache
@@ -140,6 +147,8 @@ class GpuModule:
         try:
             fn = self.raw.get_function(spec)
         except Exception as e:
+            # a fault of an earlier launch is sticky: the context is unusable, and loading the module fails with it
+            _raise_fault(e, spec, earlier=True)
             raise CudaLaunchError(f"no kernel `{spec}` in {self.path}: {e}", kind="launch") from None
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = int(smem)
@@ -191,15 +200,26 @@ class GpuModule:
             fn(tuple(grid), tuple(block), tuple(dev_args), shared_mem=int(smem))
             cupy.cuda.Device().synchronize()
         except Exception as e:
-            msg = str(e)
-            if "IllegalAddress" in msg or "illegal memory access" in msg:
-                raise CudaOutOfBoundsError(f"kernel `{spec}`: {msg} (the CUDA context is now unusable; run the "
-                                           f"emulator's checked builds to find the line)", kind="gpu",
-                                           kernel=spec) from None
-            raise CudaLaunchError(f"kernel `{spec}`: {msg}", kind="launch", kernel=spec) from None
+            _raise_fault(e, spec)
+            raise CudaLaunchError(f"kernel `{spec}`: {e}", kind="launch", kernel=spec) from None
         for wb in writebacks:
             wb()
         return {}
+
+
+def _raise_fault(e: Exception, spec: str, earlier: bool = False) -> None:
+    """Raise the error of a kernel fault CuPy reported (CUDA_ERROR_ILLEGAL_ADDRESS / CUDA_ERROR_MISALIGNED_ADDRESS,
+    or the runtime's names of them) as the emulator's class; return for anything else. Untested on a GPU."""
+    msg = str(e)
+    when = (f"a launch before `{spec}` faulted (the error is sticky: the CUDA context is unusable from then on)"
+            if earlier else f"kernel `{spec}`")
+    tail = " (the CUDA context is now unusable; run the emulator's checked builds to find the line)"
+    if "MISALIGNED_ADDRESS" in msg or "MisalignedAddress" in msg or "misaligned address" in msg:
+        raise CudaMisalignedError(f"misaligned address in {when}: {msg}{tail}; a vector access (float2/float4, ...) "
+                                  f"or a WMMA load/store needs an address that is a multiple of its size (WMMA: 32 "
+                                  f"bytes, ldm a multiple of 16 bytes)", kind="misaligned", kernel=spec) from None
+    if "ILLEGAL_ADDRESS" in msg or "IllegalAddress" in msg or "illegal memory access" in msg:
+        raise CudaOutOfBoundsError(f"{when}: {msg}{tail}", kind="gpu", kernel=spec) from None
 
 
 def run_main(path: Path, argv: list[str], defines: dict[str, str], timeout: float) -> tuple[int, str, str]:

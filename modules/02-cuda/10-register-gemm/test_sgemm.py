@@ -14,9 +14,9 @@ run on the CPU on every machine and grade the same on a GPU box):
   element is read once per block that needs it (ceil(N / BN) times for A, ceil(M / BM) for B);
 - double buffering: at most one __syncthreads() per K-tile plus one (a single-buffered tile loop
   needs two).
-Emulator builds add -fsanitize=alignment (trapping): a float4 load from an address that is not
-16-byte aligned stops the kernel, as "misaligned address" does on a GPU; and -fno-tree-sra, so g++
-keeps a float4 access as one 16-byte access (as nvcc does) for the counters.
+The emulator stops a float4 load from an address that is not 16-byte aligned (CudaMisalignedError), as
+"misaligned address" does on a GPU, and its race build counts a float4 access as one 16-byte access (as
+nvcc makes it).
 """
 
 import numpy as np
@@ -26,15 +26,12 @@ from pytest_hpccourse import cuda
 
 U = 2.0**-24
 DEFAULT = dict(BM=64, BN=64, BK=16, TM=4, TN=4)
-# emulator only (a GPU checks alignment itself, and NVRTC would reject these flags)
-EMULATOR_FLAGS = ["-fsanitize=alignment", "-fsanitize-undefined-trap-on-error", "-fno-tree-sra"]
 
 
 def _load(lesson, cfg=None, backend=None, build="fast"):
     cfg = cfg or DEFAULT
     backend = backend or cuda.backend()
-    flags = EMULATOR_FLAGS if backend == "cpu" else []
-    return cuda.load(lesson.path("sgemm.cu"), backend=backend, build=build, defines=dict(cfg), flags=flags,
+    return cuda.load(lesson.path("sgemm.cu"), backend=backend, build=build, defines=dict(cfg),
                      banks=(build == "race"))
 
 

@@ -119,6 +119,9 @@ void* smem_dynamic(std::size_t elem, const char* name, const char* file, int lin
 void* device_malloc(std::size_t n, int kind);
 void device_free(void* p);
 long long clock64();
+// mma.h: a WMMA load/store whose pointer is not 32-byte aligned or whose ldm is not a multiple of 16 bytes
+[[noreturn]] void wmma_misaligned(const char* fn, const void* p, unsigned ldm, std::size_t elem, const char* file,
+                                  int line);
 
 struct WarpOp;
 typedef void (*WarpCallback)(WarpOp** ops, int n);

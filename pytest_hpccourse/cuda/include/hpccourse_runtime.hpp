@@ -291,12 +291,13 @@ constexpr size_t STATIC_CAP = 256 * 1024;
 constexpr size_t DYN_OFF = 256 * 1024;
 constexpr size_t DYN_CAP = 256 * 1024;
 constexpr size_t ARENA = DYN_OFF + DYN_CAP + 4096;
+// Every shared variable starts 128-byte aligned (more if declared so) in every build, so that an alignment
+// error (a misaligned float4 or WMMA pointer) shows in all builds alike, not in some.
+constexpr size_t SMEM_ALIGN = 128;
 #if defined(HPCCOURSE_CHECKED) || defined(HPCCOURSE_ASAN)
 constexpr size_t SMEM_RZ = 128;   // redzone after each shared variable
-constexpr size_t SMEM_ALIGN = 128;
 #else
 constexpr size_t SMEM_RZ = 0;
-constexpr size_t SMEM_ALIGN = 16;
 #endif
 alignas(4096) unsigned char g_arena[ARENA];
 size_t g_static_used = SMEM_RZ;
@@ -1469,8 +1470,11 @@ void* device_malloc(size_t n, int kind) {
     (void)kind;
     Buf b;
     size_t total = n + 2 * GMEM_RZ;
-    b.base = (char*)malloc(total ? total : 1);
-    if (!b.base) return nullptr;
+    // 256-byte aligned, as cudaMalloc's buffers are (GMEM_RZ is 0 or 256): vector and WMMA accesses that are
+    // aligned on a GPU are aligned here
+    void* base = nullptr;
+    if (posix_memalign(&base, 256, total ? total : 1)) return nullptr;
+    b.base = (char*)base;
     b.lo = (uintptr_t)b.base + GMEM_RZ;
     b.hi = b.lo + n;
     b.name = "cudaMalloc'd buffer #" + std::to_string(g_bufs.size());
@@ -1648,6 +1652,121 @@ HPC_TSAN_ATOMIC(32, unsigned int)
 HPC_TSAN_ATOMIC(64, unsigned long long)
 }
 #endif
+
+// ------------------------------------------------------------------ misaligned accesses
+// The kernel translation unit of every build is compiled with -fsanitize=alignment
+// -fno-sanitize-recover=alignment (cpu.py): before a load or store through a T* whose address is not a
+// multiple of alignof(T) (a float4 at an address that is not 16-byte aligned, a float2 at a non-8 one)
+// the compiler calls __ubsan_handle_type_mismatch_v1_abort below (no UBSan runtime is linked). A GPU
+// stops the kernel on the same access with "misaligned address" (cudaErrorMisalignedAddress).
+namespace {
+struct UbsanLoc { const char* file; unsigned line, column; };
+struct UbsanType { unsigned short kind, info; char name[1]; };
+struct UbsanMismatch { UbsanLoc loc; const UbsanType* type; unsigned char log_alignment, check_kind; };
+
+// "element 3 (byte 12) of `x` (4-byte elements)" / "byte 8 of `__shared__ As`", for an address
+void describe_address(uintptr_t a, char* out, size_t cap) {
+    snprintf(out, cap, "address %p", (void*)a);
+    if (a - (uintptr_t)g_arena < ARENA) {
+        size_t off = a - (uintptr_t)g_arena;
+        const SmemVar* best = nullptr;
+        if (off >= DYN_OFF) best = &g_dyn_var;
+        else
+            for (const SmemVar& v : g_vars)
+                if (v.off <= off && off < v.off + v.size) best = &v;
+        if (best == &g_dyn_var)
+            snprintf(out, cap, "byte %zu of the dynamic shared memory `%s`", off - DYN_OFF,
+                     best->name ? best->name : "extern __shared__");
+        else if (best)
+            snprintf(out, cap, "byte %zu of `__shared__ %s` (declared at %s:%d)", off - best->off, best->name,
+                     best->file ? best->file : "?", best->line);
+        else
+            snprintf(out, cap, "shared-memory offset %zu", off);
+        return;
+    }
+    for (const Buf& b : g_bufs) {
+        if (a >= b.lo && a < b.hi) {
+            int e = b.elem > 0 ? b.elem : 1;
+            size_t off = (size_t)(a - b.lo);
+            if (off % (size_t)e)
+                snprintf(out, cap, "byte %zu of `%s` (inside element %zu; %d-byte elements)", off, b.name.c_str(),
+                         off / (size_t)e, e);
+            else
+                snprintf(out, cap, "byte %zu of `%s` (element %zu; %d-byte elements)", off, b.name.c_str(), off / (size_t)e, e);
+            return;
+        }
+    }
+}
+
+[[noreturn]] void misaligned_fatal(const char* access, const char* type, uintptr_t a, size_t align, const char* file,
+                                   int line, uintptr_t pc) {
+    Report* r = add_report("misaligned", pc, 0, file, line);
+    if (r) {
+        char where[400], who[160] = "in host code";
+        describe_address(a, where, sizeof where);
+        if (Fiber* f = cur())
+            snprintf(who, sizeof who, "by thread (%u,%u,%u) of block (%u,%u,%u) in kernel {k}", f->tidx.x, f->tidx.y,
+                     f->tidx.z, g_blockIdx.x, g_blockIdx.y, g_blockIdx.z);
+        snprintf(r->msg, sizeof r->msg,
+                 "misaligned address: %s `%s` (needs %zu-byte alignment) at %s, %zu bytes past a %zu-byte boundary, "
+                 "%s at {1}. A GPU stops the kernel here with \"misaligned address\" (cudaErrorMisalignedAddress): a "
+                 "vector access (float2, float4, int4, half2, ...) needs an address that is a multiple of its size "
+                 "(argument buffers start 256-byte aligned, as cudaMalloc's do)",
+                 access, type, align, where, (size_t)(a % align), align, who);
+    }
+    fatal_in_fiber();
+}
+
+[[noreturn]] void ubsan_mismatch(void* data, void* ptr, const void* ra) {
+    const UbsanMismatch* d = static_cast<const UbsanMismatch*>(data);
+    uintptr_t a = (uintptr_t)ptr;
+    size_t align = (size_t)1 << d->log_alignment;
+    // the type's name as the compiler spells it: 'const struct float4' -> const float4
+    char type[96];
+    size_t n = 0;
+    for (const char* s = d->type ? d->type->name : "?"; *s && n + 1 < sizeof type; s++) {
+        if (*s == '\'') continue;
+        if (!strncmp(s, "struct ", 7)) { s += 6; continue; }
+        type[n++] = *s;
+    }
+    type[n] = 0;
+    const char* access = d->check_kind == 0 ? "load of" : d->check_kind == 1 ? "store to" : "access to";
+    misaligned_fatal(access, type, a, align ? align : 1, d->loc.file, (int)d->loc.line, pc_off(ra));
+}
+}  // namespace
+
+extern "C" {
+__attribute__((noinline)) void __ubsan_handle_type_mismatch_v1_abort(void* data, void* ptr) {
+    ubsan_mismatch(data, ptr, __builtin_return_address(0));
+}
+__attribute__((noinline)) void __ubsan_handle_type_mismatch_v1(void* data, void* ptr) {
+    ubsan_mismatch(data, ptr, __builtin_return_address(0));
+}
+}
+
+namespace hpc {
+__attribute__((noinline)) void wmma_misaligned(const char* fn, const void* p, unsigned ldm, size_t elem, const char* file,
+                                               int line) {
+    uintptr_t a = (uintptr_t)p;
+    Report* r = add_report("misaligned", pc_off(__builtin_return_address(0)), 0, file, line);
+    if (r && a % 32) {
+        char where[400];
+        describe_address(a, where, sizeof where);
+        snprintf(r->msg, sizeof r->msg,
+                 "misaligned address: wmma::%s with a pointer to %s, %zu bytes past a 32-byte boundary, in kernel {k} "
+                 "at {1}. The pointer must be 256-bit (32-byte) aligned (CUDA C++ Programming Guide, \"Warp Matrix "
+                 "Functions\"); a GPU stops the kernel with \"misaligned address\"",
+                 fn, where, (size_t)(a % 32));
+    } else if (r) {
+        snprintf(r->msg, sizeof r->msg,
+                 "wmma::%s with ldm = %u elements of %zu bytes = %zu bytes in kernel {k} at {1}: ldm must be a multiple "
+                 "of 16 bytes (of 8 __half or 4 float elements; CUDA C++ Programming Guide, \"Warp Matrix Functions\"), "
+                 "or the rows after the first start at misaligned addresses",
+                 fn, ldm, elem, (size_t)ldm * elem);
+    }
+    fatal_in_fiber();
+}
+}  // namespace hpc
 
 // ------------------------------------------------------------------ generic runtime API
 namespace {
@@ -1986,7 +2105,8 @@ int launch(const char* dir) {
                 ptrs[i] = nullptr;
             } else {
 #ifdef HPCCOURSE_ASAN
-                a.dev = malloc(a.n);   // exactly sized: AddressSanitizer's redzones sit right after it
+                // exactly sized: AddressSanitizer's redzones sit right after it; 256-byte aligned like cudaMalloc's
+                if (posix_memalign(&a.dev, 256, a.n ? a.n : 1)) a.dev = nullptr;
                 Buf b; b.base = (char*)a.dev; b.lo = (uintptr_t)a.dev; b.hi = b.lo + a.n; b.name = a.name; b.elem = a.elem;
                 b.from_malloc = true;
                 g_bufs.push_back(b);
@@ -2000,7 +2120,11 @@ int launch(const char* dir) {
             }
             slots[i] = &ptrs[i];
         } else {
-            slots[i] = a.bytes.data();
+            // a copy with the alignment of any parameter type (the kernel reads it as its own type)
+            void* v = nullptr;
+            if (posix_memalign(&v, 64, a.bytes.size() + 64)) return 2;
+            memcpy(v, a.bytes.data(), a.bytes.size());
+            slots[i] = v;
         }
     }
     LaunchCfg c = cfg;

@@ -61,12 +61,31 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, const V& v) {
     for (int i = 0; i < f.num_elements; i++) f.x[i] = E(v);
 }
 
+// The hardware contract (CUDA C++ Programming Guide, "Warp Matrix Functions"): mptr is 256-bit (32-byte)
+// aligned and ldm is a multiple of 16 bytes (of 8 __half / 4 float elements); the pointer's element type is
+// the fragment's (nvcc has an overload per fragment type, e.g. no store of a __half accumulator to a float*).
+namespace detail {
+template <class U, class T> struct check_elem {
+    static_assert(std::is_same<typename std::remove_cv<U>::type, typename frag_storage<T>::type>::value,
+                  "wmma::load_matrix_sync / store_matrix_sync: the pointer's element type must be the fragment's "
+                  "element type (float for precision::tf32); nvcc has no overload for this pair");
+    static constexpr bool value = true;
+};
+static inline __attribute__((always_inline)) void check_ptr(const char* fn, const void* p, unsigned ldm,
+                                                            std::size_t elem, const char* file, int line) {
+    if (((std::uintptr_t)p & 31u) || ((std::size_t)ldm * elem) % 16u) ::hpc::wmma_misaligned(fn, p, ldm, elem, file, line);
+}
+}  // namespace detail
+
 template <class Use, int M, int N, int K, class T, class L, class U>
 static inline __attribute__((always_inline)) void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const U* p,
-                                                                  unsigned ldm) {
+                                                                  unsigned ldm, const char* file = __builtin_FILE(),
+                                                                  int line = __builtin_LINE()) {
     static_assert(!std::is_same<Use, accumulator>::value, "accumulator loads need a layout_t argument");
+    static_assert(detail::check_elem<U, T>::value, "");
     typedef fragment<Use, M, N, K, T, L> F;
     typedef typename F::element_type E;
+    detail::check_ptr("load_matrix_sync", p, ldm, sizeof(U), file, line);
     const int l = detail::lane();
     for (int i = 0; i < F::num_elements; i++) {
         int flat = i * 32 + l, r = flat / F::num_cols, c = flat % F::num_cols;
@@ -75,9 +94,13 @@ static inline __attribute__((always_inline)) void load_matrix_sync(fragment<Use,
 }
 template <int M, int N, int K, class T, class U>
 static inline __attribute__((always_inline)) void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f,
-                                                                  const U* p, unsigned ldm, layout_t layout) {
+                                                                  const U* p, unsigned ldm, layout_t layout,
+                                                                  const char* file = __builtin_FILE(),
+                                                                  int line = __builtin_LINE()) {
+    static_assert(detail::check_elem<U, T>::value, "");
     typedef fragment<accumulator, M, N, K, T, void> F;
     typedef typename F::element_type E;
+    detail::check_ptr("load_matrix_sync", p, ldm, sizeof(U), file, line);
     const int l = detail::lane();
     for (int i = 0; i < F::num_elements; i++) {
         int flat = i * 32 + l, r = flat / F::num_cols, c = flat % F::num_cols;
@@ -86,8 +109,12 @@ static inline __attribute__((always_inline)) void load_matrix_sync(fragment<accu
 }
 template <int M, int N, int K, class T, class U>
 static inline __attribute__((always_inline)) void store_matrix_sync(U* p, const fragment<accumulator, M, N, K, T, void>& f,
-                                                                   unsigned ldm, layout_t layout) {
+                                                                   unsigned ldm, layout_t layout,
+                                                                   const char* file = __builtin_FILE(),
+                                                                   int line = __builtin_LINE()) {
+    static_assert(detail::check_elem<U, T>::value, "");
     typedef fragment<accumulator, M, N, K, T, void> F;
+    detail::check_ptr("store_matrix_sync", p, ldm, sizeof(U), file, line);
     const int l = detail::lane();
     for (int i = 0; i < F::num_elements; i++) {
         int flat = i * 32 + l, r = flat / F::num_cols, c = flat % F::num_cols;
