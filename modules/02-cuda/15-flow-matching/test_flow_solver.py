@@ -147,8 +147,8 @@ def test_error_order_against_the_closed_form(lesson):
         ratios = [errs[0] / errs[1], errs[1] / errs[2]]
         lo, hi = band[method]
         assert all(lo <= r <= hi for r in ratios), (
-            f"{NAMES[method]}: max error vs the closed form {['%.3g' % e for e in errs]} for N = 16, 32, 64: "
-            f"ratios {['%.3f' % r for r in ratios]}, expected in [{lo}, {hi}] (order {1 if method == EULER else 2})")
+            f"{NAMES[method]}: max error vs the closed form {[f'{e:.3g}' for e in errs]} for N = 16, 32, 64: "
+            f"ratios {[f'{r:.3f}' for r in ratios]}, expected in [{lo}, {hi}] (order {1 if method == EULER else 2})")
     assert errs[2] < 2e-3, f"Heun with 64 steps: max error {errs[2]:.3g}, expected about 6e-4"
 
 
