@@ -56,6 +56,36 @@ def _has_cxx_compiler() -> bool:
     return True
 
 
+@functools.cache
+def has_cute_dsl() -> bool:
+    """True when the CuTe DSL (`nvidia-cutlass-dsl` >= 4.8.1) is installed and `cutlass.cute` imports.
+
+    The import (about 1 s, MLIR's native libraries) happens only when a lesson asks for `cute-dsl`; its
+    host-only `@cute.jit` code needs no GPU."""
+    from pytest_hpccourse import cute
+
+    if not cute.dsl_version_ok():
+        return False
+    try:
+        import cutlass.cute  # type: ignore[import-not-found]  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def cute_include_dirs() -> tuple[str, ...]:
+    """`-I` folders for compiling a host-only CuTe C++ program with g++ (CUTLASS's include folder, which
+    holds `cute/layout.hpp`, first; then the CUDA headers CuTe includes). Empty when not installed.
+    Flags: `pytest_hpccourse.cute.compile_flags()`."""
+    from pytest_hpccourse import cute
+
+    return tuple(str(d) for d in cute.include_dirs())
+
+
+def _cute_cxx() -> bool:
+    return bool(cute_include_dirs()) and _has_cxx_compiler()
+
+
 def _cuda() -> bool:
     # CUDA C lessons run on a real GPU through CuPy, or on the CPU emulator (needs a C++ compiler).
     if os.environ.get("HPCCOURSE_CUDA") == "gpu":
@@ -71,7 +101,12 @@ DETECTORS: dict[str, Callable[[], bool]] = {
     "triton": lambda: _has_module("triton") and _has_module("torch"),
     "ray": lambda: _has_module("ray") and _has_module("torch"),
     "mlir": lambda: _has_module("mlir") and _has_module("xdsl"),
-    "cute": lambda: _has_module("pycute") or _has_module("cutlass"),
+    # Module 04's three oracles, detected separately (pytest_hpccourse/cute.py): pycute (pure Python, from
+    # `pip install --no-deps nvidia-cutlass==4.2.0.0`), the CuTe C++ headers of that wheel plus the CUDA
+    # headers and g++, and the CuTe DSL (`nvidia-cutlass-dsl` >= 4.8.1; imported only when asked for).
+    "cute": lambda: _has_module("pycute"),
+    "cute-cxx": _cute_cxx,
+    "cute-dsl": has_cute_dsl,
 }
 
 
