@@ -112,6 +112,12 @@ extern dim3 g_gridDim;
 void syncthreads(const char* file, int line);
 int syncthreads_op(int op, int pred, const char* file, int line);  // 0 count, 1 and, 2 or
 void yield_now();
+// the seeded random order: a thread may give way to another just before a global-memory atomic
+extern int g_atomic_yield;
+void atomic_yield(const void* address);
+static inline void before_atomic(const void* address) {
+    if (__builtin_expect(g_atomic_yield != 0, 0)) atomic_yield(address);
+}
 [[noreturn]] void fatal(const char* kind, const char* file, int line, const char* fmt, ...);
 void* smem_static(std::size_t size, std::size_t align, std::size_t elem, const char* name,
                   const char* file, int line, unsigned e0, unsigned e1, unsigned e2);
@@ -255,10 +261,13 @@ static inline void __prof_trigger(int) {}
 
 // ---------------------------------------------------------------- atomics
 // One OS thread runs all fibers, so an atomic is a plain read-modify-write; the checked build
-// is told that the access was atomic (no race between atomics).
+// is told that the access was atomic (no race between atomics). In the seeded random order a
+// thread may first switch to another (before_atomic), so a check-then-act on global memory
+// (`if (t[s] == EMPTY) atomicCAS(&t[s], EMPTY, k);`, ignoring the result) really races.
 #define HPC_ATOMIC static inline __attribute__((noinline)) HPC_NO_TSAN
 #define HPC_ATOMIC_RMW(NAME, T, EXPR)                                  \
     HPC_ATOMIC T NAME(T* address, T val) {                             \
+        ::hpc::before_atomic(address);                                 \
         ::hpc::note_access(address, sizeof(T), 2, HPC_RA());           \
         T old = *address;                                              \
         *address = (EXPR);                                             \
@@ -298,6 +307,7 @@ HPC_ATOMIC_ALL(atomicInc, unsigned int, old >= val ? 0u : old + 1u)
 HPC_ATOMIC_ALL(atomicDec, unsigned int, (old == 0u || old > val) ? val : old - 1u)
 #define HPC_ATOMIC_CAS(NAME, T)                                                  \
     HPC_ATOMIC T NAME(T* address, T compare, T val) {                            \
+        ::hpc::before_atomic(address);                                           \
         ::hpc::note_access(address, sizeof(T), 2, HPC_RA());                     \
         T old = *address;                                                        \
         if (old == compare) *address = val;                                      \

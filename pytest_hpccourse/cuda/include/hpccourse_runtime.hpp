@@ -41,6 +41,7 @@ extern "C" char __executable_start;
 
 namespace hpc {
 ThreadCtx* g_cur = nullptr;
+int g_atomic_yield = 0;  // 1 in the rand order: atomics on global memory may switch threads first
 uint3 g_blockIdx;
 dim3 g_blockDim;
 dim3 g_gridDim;
@@ -101,6 +102,7 @@ struct Fiber : ThreadCtx {
     const char* wfile;
     int wline;
     const char* what;
+    unsigned long long lone_sw, lone_wops;  // atomic_yield: st_switches/st_warp_ops when it last ran alone
 #ifndef HPC_ASM_SWITCH
     ucontext_t uc;
 #endif
@@ -929,6 +931,8 @@ void init_fiber(Fiber* f, int linear) {
     f->wfile = nullptr;
     f->wline = 0;
     f->what = nullptr;
+    f->lone_sw = ~0ull;
+    f->lone_wops = 0;
 #ifdef HPCCOURSE_ASAN
     f->fake_stack = nullptr;
 #endif
@@ -1367,6 +1371,29 @@ int syncthreads_op(int op, int pred, const char* file, int line) {
 void yield_now() {
     Fiber* f = cur();
     if (f) block_here(f);
+}
+
+// Random order only (g_atomic_yield): just before an atomic on global memory, the thread gives way
+// with probability 1/2 (seeded); the scheduler runs the rest of this round's shuffled threads first,
+// as a GPU may run other threads between one thread's load and its atomic. A check-then-act
+// (`if (t[s] == EMPTY) atomicCAS(&t[s], EMPTY, k);` that ignores the returned value) then lets two
+// threads both see EMPTY and both take the slot. The thread stays runnable, so warp rendezvous,
+// barriers and __activemask() are as after any other switch. Shared-memory atomics (privatized
+// histograms: the hot loop) do not yield. A thread that found no other runnable thread at its last
+// yield (the scheduler came straight back to it) skips the yield until it has been switched out or a
+// warp intrinsic has completed (the only ways others become runnable meanwhile): one thread looping
+// over atomics while the rest wait at a barrier would otherwise pay a whole scheduler round per atomic.
+void atomic_yield(const void* address) {
+    Fiber* f = cur();
+    if (!f || (uintptr_t)address - (uintptr_t)g_arena < ARENA) return;
+    if (f->lone_sw == st_switches && f->lone_wops == st_warp_ops) return;
+    if (!((rng_next() >> 33) & 1u)) return;
+    const unsigned long long before = st_switches;
+    block_here(f);
+    if (st_switches == before + 1) {  // nobody else ran
+        f->lone_sw = st_switches;
+        f->lone_wops = st_warp_ops;
+    }
 }
 
 long long clock64() { return ++g_clock * 4; }
@@ -2047,6 +2074,7 @@ int launch(const char* dir) {
         } else if (k == "order") {
             if (fscanf(f, "%63s", name) != 1) return 2;
             g_order = !strcmp(name, "rev") ? 1 : !strcmp(name, "rand") ? 2 : 0;
+            g_atomic_yield = g_order == 2;
         } else if (k == "seed") {
             unsigned long long s;
             if (fscanf(f, "%llu", &s) != 1) return 2;
