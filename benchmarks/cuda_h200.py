@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shutil
 import statistics
 import sys
 import time
@@ -53,17 +51,10 @@ def cdiv(a: int, b: int) -> int:
 
 
 def cuda_include() -> str | None:
-    """The CUDA toolkit's include folder (for <mma.h>, <cuda_fp8.h>), found as the course's GPU
-    backend (pytest_hpccourse/cuda/gpu.py) finds it."""
-    cands = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME")]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-    cands.append("/usr/local/cuda")
-    for c in cands:
-        if c and os.path.isfile(os.path.join(c, "include", "mma.h")):
-            return os.path.join(c, "include")
-    return None
+    """The CUDA toolkit's include folder (for <mma.h>, <cuda_fp8.h>): the course's GPU backend's lookup."""
+    from pytest_hpccourse.cuda.gpu import _cuda_include
+
+    return _cuda_include()
 
 
 def load(rel: str, names: list[str], defines: tuple[str, ...] = (), extra: str = "") -> cp.RawModule:
