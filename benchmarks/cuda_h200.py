@@ -365,32 +365,35 @@ def bench_cuda06(b: Bench, ctx: Ctx, n: int = 1 << 28, nb: int = 256):
 
 # ---- cuda-07: online softmax -----------------------------------------------------------------
 def bench_cuda07(b: Bench, ctx: Ctx, rows: int = 65536, cols: int = 4096):
-    # Sweep: LOADS (elements each lane loads per iteration) x grid size. One row per warp (grid =
-    # rows / 4) keeps ~64 rows per SM in flight, 132 x 64 x 16 KB ~ 135 MB: more than L2, so the
-    # second read goes back to HBM. A grid of a few blocks per SM (the kernel loops over rows)
-    # keeps fewer rows in flight, so the second read can hit L2.
+    # Two shapes: cols = 4096 takes the register path (each lane keeps its 128 floats in registers, x is
+    # read once); cols = 4100 (> 128 * CACHE) takes the streaming path (online update, x read twice: the
+    # second read hits L2 only when few rows are in flight). One row per warp (grid = rows / 4) and a
+    # grid of 8 blocks per SM (the kernel loops over rows).
     rng, sms = ctx.rng(7), ctx.sms
-    xs = rng.standard_normal((rows, cols), dtype=f32) * 4
-    ys = cp.full_like(xs, cp.nan)
-    picked = cp.concatenate([cp.arange(0, rows, 257), cp.asarray([rows - 1])])  # rows spread out, the last too
-    ref = xs[picked].astype(cp.float64)
-    ref = cp.exp(ref - ref.max(axis=1, keepdims=True))
-    ref /= ref.sum(axis=1, keepdims=True)
-    for loads in (4, 8, 16):
-        k = load("07-online-softmax/softmax.cu", ["softmax_rows"], (f"LOADS={loads}",)).get_function("softmax_rows")
-        for blocks_per_sm in (None, 2, 4, 8):
-            grid = rows // 4 if blocks_per_sm is None else sms * blocks_per_sm
-            ys.fill(cp.nan)
-            launch = lambda: k((grid,), (32, 4), (xs, ys, i32(rows), i32(cols)))
-            launch()
-            check = nan_or(rel_check(ys[picked], ref, 1e-5), ys)
-            label = "1 row/warp" if blocks_per_sm is None else f"{blocks_per_sm} blocks/SM"
-            b.bw("cuda-07", f"softmax_rows LOADS={loads}, {label}", f"{rows}x{cols}", time_ms(launch),
-                 8 * rows * cols, check, "bytes = read + write once (2nd read hits cache)")
-    if torch_mod():
-        xt = as_torch(xs)
-        b.bw("cuda-07", "torch.softmax", f"{rows}x{cols}", time_ms(lambda: xt.softmax(-1)), 8 * rows * cols, "-",
-             "PyTorch, for reference")
+    for n, loads_list, path in ((cols, (8,), "registers"), (cols + 4, (4, 8, 16), "streaming")):
+        xs = rng.standard_normal((rows, n), dtype=f32) * 4
+        ys = cp.full_like(xs, cp.nan)
+        picked = cp.concatenate([cp.arange(0, rows, 257), cp.asarray([rows - 1])])  # rows spread out, the last too
+        ref = xs[picked].astype(cp.float64)
+        ref = cp.exp(ref - ref.max(axis=1, keepdims=True))
+        ref /= ref.sum(axis=1, keepdims=True)
+        for loads in loads_list:
+            k = load("07-online-softmax/softmax.cu", ["softmax_rows"], (f"LOADS={loads}",)).get_function("softmax_rows")
+            for blocks_per_sm in (None, 8):
+                grid = rows // 4 if blocks_per_sm is None else sms * blocks_per_sm
+                ys.fill(cp.nan)
+                launch = lambda k=k, grid=grid: k((grid,), (32, 4), (xs, ys, i32(rows), i32(n)))
+                launch()
+                check = nan_or(rel_check(ys[picked], ref, 1e-5), ys)
+                label = "1 row/warp" if blocks_per_sm is None else f"{blocks_per_sm} blocks/SM"
+                note = "x read once" if path == "registers" else "bytes = read + write once (2nd read hits cache)"
+                b.bw("cuda-07", f"softmax_rows ({path}) LOADS={loads}, {label}", f"{rows}x{n}", time_ms(launch),
+                     8 * rows * n, check, note)
+        if torch_mod():
+            xt = as_torch(xs)
+            b.bw("cuda-07", "torch.softmax", f"{rows}x{n}", time_ms(lambda: xt.softmax(-1)), 8 * rows * n, "-",
+                 "PyTorch, for reference")
+        del xs, ys
 
 
 # ---- cuda-08: LayerNorm / RMSNorm ------------------------------------------------------------

@@ -47,8 +47,11 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
         float d = 0.0f;       // running sum of exp(x_j - m) over those elements
         // Fast path: a row of at most 128 * CACHE floats whose start is 16-byte aligned (cols % 4 == 0)
         // is read from global memory ONCE: each lane loads its float4s (lane, lane + 32, ...: a warp
-        // reads 512 contiguous bytes per load) into registers, all CACHE loads in flight together, and
-        // pass 2 normalizes the registers. Other rows stream through global memory twice.
+        // reads 512 contiguous bytes per load) into registers, all CACHE loads in flight together.
+        // With the lane's elements in registers its max costs no memory traffic, so the lane state is
+        // built exactly (max first, then the sum): one expf per element, and the CACHE expf are
+        // independent of each other instead of a chain through the running d. Other rows stream
+        // through global memory twice with the online update.
         bool in_registers = cols % 4 == 0 && cols <= 128 * CACHE;
         float4 v4[CACHE];
         if (in_registers) {
@@ -60,12 +63,13 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
                 v4[u] = j < n4 ? xr4[j] : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
             }
 #pragma unroll
+            for (int u = 0; u < CACHE; ++u) m = fmaxf(fmaxf(m, fmaxf(v4[u].x, v4[u].y)), fmaxf(v4[u].z, v4[u].w));
+            // Keep e = exp(x - m_lane) in place of x: pass 2 only rescales it to the row's max.
+#pragma unroll
             for (int u = 0; u < CACHE; ++u) {
-                float4 v = v4[u];
-                float m_new = fmaxf(fmaxf(m, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
-                d = d * rescale(m, m_new) + ((rescale(v.x, m_new) + rescale(v.y, m_new)) +
-                                             (rescale(v.z, m_new) + rescale(v.w, m_new)));
-                m = m_new;
+                float4& v = v4[u];
+                v = make_float4(rescale(v.x, m), rescale(v.y, m), rescale(v.z, m), rescale(v.w, m));
+                d += (v.x + v.y) + (v.z + v.w);
             }
         } else {
             // Lane-strided, LOADS elements per iteration issued back to back (LOADS loads in flight per
@@ -85,6 +89,7 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
             }
         }
 
+        const float m_lane = m;  // this lane's own max, before the merge
         // Merge the 32 lane states with a butterfly; afterwards every lane holds the row's (m, d).
         // The merge of (m_a, d_a) and (m_b, d_b) is the same rule as one element, with weights d.
         for (int offset = 16; offset > 0; offset >>= 1) {
@@ -99,15 +104,15 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
         // (from L2 when few enough rows are in flight).
         float inv_d = 1.0f / d;
         if (in_registers) {
+            // e * exp(m_lane - m) / d = exp(x - m) / d; a lane that saw only -inf has e = 0 and factor 0.
+            float s = rescale(m_lane, m) * inv_d;
             float4* yr4 = reinterpret_cast<float4*>(yr);
             int n4 = cols / 4;
 #pragma unroll
             for (int u = 0; u < CACHE; ++u) {
                 int j = lane + 32 * u;
                 float4 v = v4[u];
-                if (j < n4)
-                    yr4[j] = make_float4(expf(v.x - m) * inv_d, expf(v.y - m) * inv_d, expf(v.z - m) * inv_d,
-                                         expf(v.w - m) * inv_d);
+                if (j < n4) yr4[j] = make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
             }
         } else {
             for (int j = lane; j < cols; j += 32 * LOADS) {
