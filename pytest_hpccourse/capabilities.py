@@ -107,6 +107,9 @@ DETECTORS: dict[str, Callable[[], bool]] = {
     "cute": lambda: _has_module("pycute"),
     "cute-cxx": _cute_cxx,
     "cute-dsl": has_cute_dsl,
+    # NVIDIA's GEMM configuration selector (`nvidia-matmul-heuristics`, CPU only, predefined GPU profiles);
+    # module 04's kernel-selection lesson compares the learner's choice with it.
+    "matmul-heuristics": lambda: _has_module("nvMatmulHeuristics"),
 }
 
 
