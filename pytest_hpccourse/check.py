@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import audit, manifest, release
+from . import audit, forkrun, manifest, release
 from .regions import RegionError, find_regions
 from .report import clip, num, pad, width
 
@@ -95,11 +95,16 @@ def _plugin_registered() -> bool:
 
 @dataclass
 class Runner:
-    """Runs pytest in a subprocess and returns the lesson's entry of the --course-json report."""
+    """Runs pytest in a fresh process and returns the lesson's entry of the --course-json report.
+
+    On Linux each run is a fork of one warm process that has imported pytest, numpy and torch
+    (forkrun.py); elsewhere, or with HPCCOURSE_CHECK_FORK=0, a subprocess."""
 
     timeout: float
     threads: int
     registered: bool = field(default_factory=_plugin_registered)
+    fork: bool = field(default_factory=forkrun.enabled)
+    _forker: forkrun.ForkRunner | None = field(default=None, init=False, repr=False)
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("HPCCOURSE_KEYS", "GITHUB_OUTPUT")}
@@ -111,25 +116,42 @@ class Runner:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
         return env
 
-    def run(self, cwd: Path, args: Sequence[str], lesson_id: str, report: Path) -> tuple[dict[str, Any] | None, str]:
-        cmd = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider",
-               "--course-json", str(report)]
-        if not self.registered:
-            cmd[3:3] = ["-p", PLUGIN]
-        report.unlink(missing_ok=True)
+    def _pytest(self, cwd: Path, args: list[str], report: Path) -> tuple[int | None, str]:
+        """(exit status or None on timeout, output) of `pytest ARGS` in `cwd`."""
+        env = self.env()
+        if self.fork:
+            if self._forker is None:
+                self._forker = forkrun.ForkRunner(env)
+            out = report.with_suffix(".out")
+            rc = self._forker.run(args, cwd, env, self.timeout, out)
+            try:
+                output = out.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                output = ""
+            return rc, output.strip()
+        cmd = [sys.executable, "-m", "pytest", *args]
         try:
-            proc = subprocess.run(cmd, check=False, cwd=cwd, env=self.env(), capture_output=True,
+            proc = subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True,
                                   text=True, timeout=self.timeout, errors="replace")
         except subprocess.TimeoutExpired:
+            return None, ""
+        return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+    def run(self, cwd: Path, args: Sequence[str], lesson_id: str, report: Path) -> tuple[dict[str, Any] | None, str]:
+        full = [*args, "-q", "-p", "no:cacheprovider", "--course-json", str(report)]
+        if not self.registered:
+            full[0:0] = ["-p", PLUGIN]
+        report.unlink(missing_ok=True)
+        returncode, output = self._pytest(cwd, full, report)
+        if returncode is None:
             return None, f"timed out after {self.timeout:g} s"
-        output = (proc.stdout + proc.stderr).strip()
         try:
             doc = json.loads(report.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return None, f"pytest exited {proc.returncode} without a report: {output[-TAIL:]}"
+            return None, f"pytest exited {returncode} without a report: {output[-TAIL:]}"
         entry = next((le for le in doc.get("lessons", []) if le.get("id") == lesson_id), None)
         if entry is None:
-            return None, f"pytest exited {proc.returncode}; lesson {lesson_id} not in the report"
+            return None, f"pytest exited {returncode}; lesson {lesson_id} not in the report"
         return entry, output
 
 
