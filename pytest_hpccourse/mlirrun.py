@@ -135,6 +135,19 @@ def execute(llvm_ir_text: str, func: str, *arrays: Any, opt_level: int = 2) -> N
 
     with ir.Context() as ctx, ir.Location.unknown():
         module = parse(llvm_ir_text, ctx)
-        engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runtime_libs())
+        diagnostics: list[str] = []
+
+        def collect(d: Any) -> bool:
+            diagnostics.append(f"{d.location}: {d.message}")
+            return True
+
+        ctx.attach_diagnostic_handler(collect)
+        try:
+            engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=runtime_libs())
+        except RuntimeError as e:
+            raise MlirError("\n".join([str(e), *diagnostics])) from None
         args = [ctypes.pointer(ctypes.pointer(rt.get_ranked_memref_descriptor(a))) for a in arrays]
-        engine.invoke(func, *args)
+        try:
+            engine.invoke(func, *args)
+        except RuntimeError as e:
+            raise MlirError(f"{e} (does @{func} exist and carry the llvm.emit_c_interface attribute?)") from None

@@ -81,3 +81,13 @@ def test_irdl_dialect_is_loaded_and_verifies():
     mlirrun.verify(ok, dialects=[irdl])
     with pytest.raises(mlirrun.MlirError):
         mlirrun.verify(bad, dialects=[irdl])
+
+
+def test_execute_reports_what_is_not_lowered_and_missing_c_interfaces():
+    from pytest_hpccourse import mlirrun
+
+    with pytest.raises(mlirrun.MlirError, match="cannot be converted to LLVM IR"):
+        mlirrun.execute(ADD, "add", np.ones(3, np.float32), np.ones(3, np.float32))
+    low = mlirrun.run_pipeline(ADD.replace(" attributes {llvm.emit_c_interface}", ""), TO_LLVM)
+    with pytest.raises(mlirrun.MlirError, match="llvm.emit_c_interface"):
+        mlirrun.execute(low, "add", np.ones(3, np.float32), np.ones(3, np.float32))
