@@ -86,6 +86,12 @@ def _cute_cxx() -> bool:
     return bool(cute_include_dirs()) and _has_cxx_compiler()
 
 
+def _cute_gpu() -> bool:
+    from pytest_hpccourse import cutecxx
+
+    return cutecxx.gpu_available()
+
+
 def _cuda() -> bool:
     # CUDA C lessons run on a real GPU through CuPy, or on the CPU emulator (needs a C++ compiler).
     if os.environ.get("HPCCOURSE_CUDA") == "gpu":
@@ -107,6 +113,8 @@ DETECTORS: dict[str, Callable[[], bool]] = {
     "cute": lambda: _has_module("pycute"),
     "cute-cxx": _cute_cxx,
     "cute-dsl": has_cute_dsl,
+    # nvcc + an NVIDIA GPU + the CuTe headers: module 04's CuTe C++ drivers built and run as real kernels
+    "cute-gpu": _cute_gpu,
     # NVIDIA's GEMM configuration selector (`nvidia-matmul-heuristics`, CPU only, predefined GPU profiles);
     # module 04's kernel-selection lesson compares the learner's choice with it.
     "matmul-heuristics": lambda: _has_module("nvMatmulHeuristics"),

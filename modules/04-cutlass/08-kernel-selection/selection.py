@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 KIB = 1024
 
-# H200 SXM, course values from docs/hardware.md, except fill_bw (see README: not in docs/hardware.md yet).
+# H200 SXM, course values from docs/hardware.md, except fill_bw: a fitted model parameter (README; measured L2 -> SM
+# read bandwidth is 8.3 TB/s in docs/hardware.md).
 H200 = {
     "sms": 132,                    # multiProcessorCount
     "smem_per_sm": 228 * KIB,      # sharedMemPerMultiprocessor
