@@ -286,7 +286,7 @@ def deep_module(depth: int) -> str:
         lines.append(f"{ind}scf.for %i{k} = %c0 to %n step %c1 {{" if k % 2 == 0 else f"{ind}scf.if %c {{")
         ind += "  "
     lines.append(f"{ind}memref.alloca_scope {{\n{ind}  %y = arith.muli %a, %a : i32\n{ind}}}")
-    for k in range(depth):
+    for _ in range(depth):
         ind = ind[:-2]
         lines.append(f"{ind}}}")
     lines += ["  return %a : i32", "}"]

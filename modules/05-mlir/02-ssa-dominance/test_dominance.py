@@ -392,9 +392,9 @@ def test_violations_agree_with_mlirs_verifier(lesson, funcs):
     with ir.Context() as ctx:
         for case in funcs:
             name, mode, text, bad = case["name"], case["mode"], case["text"], case["bad"]
-            want = verdict(lambda: ir.Module.parse(text, ctx))  # LLVM 22's parser runs the verifier
+            want = verdict(lambda text=text: ir.Module.parse(text, ctx))  # LLVM 22's parser runs the verifier
             if not name.startswith("random#") or int(name[7:]) % 10 == 0:  # the course's entry point agrees
-                assert verdict(lambda: mlirrun.verify(text)) == want
+                assert verdict(lambda text=text: mlirrun.verify(text)) == want
             module = build(case, ctx)
             assert verdict(module.operation.verify) == want, f"test harness broken on {name}"
             assert (want is None) == (not bad), f"test generator broken on {name}: {want}, {bad}"

@@ -108,13 +108,13 @@ def first_error(case: Case) -> tuple[int, tuple[str, ...]] | None:
     if case.op not in SPEC:
         return 2, (f"unregistered operation 'qlite.{case.op}' found in dialect ('qlite')",)
     # 1. parsing builds and verifies types and attributes in textual order: signature, attr-dict, result types
-    for t, kind in case.operands:
+    for _t, kind in case.operands:
         if kind[0] == "badQ":
             return 1, (kind[1],)
-    for text, kind in case.attrs.values():
+    for _text, kind in case.attrs.values():
         if kind.startswith("badround:"):
             return 2, (kind.split(":", 1)[1],)
-    for t, kind in case.results:
+    for _t, kind in case.results:
         if kind[0] == "badQ":
             return 2, (kind[1],)
     spec = SPEC[case.op]
@@ -132,7 +132,7 @@ def first_error(case: Case) -> tuple[int, tuple[str, ...]] | None:
     if attr_errors:
         return 2, tuple(attr_errors)
     bound: dict = {}
-    for (t, kind), slot in zip(case.operands + case.results, _slots(spec, case.operands) + spec["results"]):
+    for (_t, kind), slot in zip(case.operands + case.results, _slots(spec, case.operands) + spec["results"]):
         if not slot_ok(slot, kind, bound):
             return 2, TYPE_ERROR  # a bound variable prints "expected '<bound>' but got '<this>'"
     return None

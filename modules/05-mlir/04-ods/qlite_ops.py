@@ -36,13 +36,42 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import (Builtin, FloatAttr, Float16Type, Float32Type, IntegerAttr, IntegerType, StringAttr,
-                                   UnitAttr, f16, f32)
+from xdsl.dialects.builtin import (
+    Builtin,
+    Float16Type,
+    Float32Type,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    UnitAttr,
+    f16,
+    f32,
+)
 from xdsl.dialects.func import Func
 from xdsl.ir import Dialect, ParametrizedAttribute, TypeAttribute
-from xdsl.irdl import (AnyAttr, EqAttrConstraint, IRDLOperation, ParsePropInAttrDict, VarConstraint, attr_def, base,
-                       irdl_attr_definition, irdl_op_definition, operand_def, opt_attr_def, opt_operand_def, param_def,
-                       prop_def, result_def, traits_def, var_operand_def)
+
+# Some of these names are not used by the reference: they are here so that a learner (and the lesson's
+# mutants) can use them without editing the imports.
+from xdsl.irdl import (  # noqa: F401
+    AnyAttr,
+    EqAttrConstraint,
+    IRDLOperation,
+    ParsePropInAttrDict,
+    VarConstraint,
+    attr_def,
+    base,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_attr_def,
+    opt_operand_def,
+    param_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
 from xdsl.traits import Commutative, Pure
 from xdsl.utils.exceptions import VerifyException
 

@@ -340,7 +340,7 @@ def test_generated_ops_round_trip_through_the_custom_syntax(mod):
         assert line == case.custom(), (f"custom syntax differs from the spec\n  printed: {line}\n"
                                        f"  spec:    {case.custom()}\nfor the op\n{case.generic()}")
     m2 = parse(mod, custom, ctx)  # the custom form parses back ...
-    for case, l1, l2 in zip(batch_cases, qlite_lines(print_op(m1, generic=True)),
+    for _case, l1, l2 in zip(batch_cases, qlite_lines(print_op(m1, generic=True)),
                             qlite_lines(print_op(m2, generic=True)), strict=True):
         assert l1 == l2, f"the custom form parses to another op:\n  {l2}\ninstead of\n  {l1}"
     assert m2.is_structurally_equivalent(m1)  # ... to the very same ops

@@ -45,7 +45,7 @@ class Launch:
 def find_launch(outline_ir: str) -> Launch:
     """The single gpu.launch_func of the module and the gpu.func it launches."""
     from mlir import ir
-    from mlir.dialects import gpu
+    from mlir.dialects import gpu  # noqa: F401 - registers the gpu dialect's Python op classes
 
     with ir.Context() as ctx:
         module = mlirrun.parse(outline_ir, ctx)
