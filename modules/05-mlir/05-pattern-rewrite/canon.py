@@ -87,7 +87,7 @@ class ConstantsToRight(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /) -> None:
         if not isinstance(op, COMMUTATIVE):
             return
-        ### HINT: modify in place (op.operands = ...) and tell the rewriter (notify_op_modified); think about c1 + c2 on floats
+        ### HINT: modify in place (op.operands = ...), tell the rewriter (notify_op_modified); mind c1 + c2 on floats
         ### BEGIN SOLUTION
         if is_constant(op.lhs) and not is_constant(op.rhs):
             op.operands = (op.rhs, op.lhs)
@@ -162,7 +162,7 @@ def apply_greedily(root: Operation, patterns: Sequence[RewritePattern], *, max_r
     worklist: Worklist[Operation] = Worklist()  # LIFO stack with set semantics: push, pop, remove, bool()
     for op in reversed(initial):  # the first op of `initial` is popped first
         worklist.push(op)
-    ### HINT: PatternRewriterListener(operation_insertion_handler=[...], operation_modification_handler=[...], operation_removal_handler=[...]); rewriter.extend_from_listener(listener)
+    ### HINT: PatternRewriterListener(operation_{insertion,modification,removal}_handler=[...]); extend_from_listener
     ### HINT: the removal handler runs before the op is erased, so its operands are still attached
     ### HINT: a fresh PatternRewriter(op) per attempt; rewriter.has_done_action says whether the pattern succeeded
     ### BEGIN SOLUTION

@@ -18,7 +18,6 @@ import collections
 import random
 
 import pytest
-
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import StringAttr
 from xdsl.pattern_rewriter import GreedyRewritePatternApplier, PatternRewriter, PatternRewriteWalker, RewritePattern

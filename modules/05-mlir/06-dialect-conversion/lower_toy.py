@@ -1,10 +1,16 @@
 """mlir-06: lower the Toy dialect to arith + scf + memref + func with dialect conversion (Toy tutorial Ch-5,
 with scf loops instead of affine ones and an explicit type converter !toy.tensor<SxE> -> memref<SxE>).
 
-    func.func @f(%a: !toy.tensor<2x3xf64>) -> !toy.tensor<3x2xf64>      func.func @f(%a: memref<2x3xf64>) -> memref<3x2xf64>
-      %t = toy.transpose %a : ... to !toy.tensor<3x2xf64>       ==>     %t = memref.alloc() : memref<3x2xf64>
-      return %t : !toy.tensor<3x2xf64>                                   scf.for %i ... { scf.for %j ... { load %a[%j, %i]; store ... } }
-                                                                         return %t : memref<3x2xf64>
+    func.func @f(%a: !toy.tensor<2x3xf64>) -> !toy.tensor<3x2xf64> {
+      %t = toy.transpose %a : !toy.tensor<2x3xf64> to !toy.tensor<3x2xf64>
+      return %t : !toy.tensor<3x2xf64>
+    }
+  ==>
+    func.func @f(%a: memref<2x3xf64>) -> memref<3x2xf64> {
+      %t = memref.alloc() : memref<3x2xf64>
+      scf.for %i ... { scf.for %j ... { %x = memref.load %a[%j, %i]; memref.store %x, %t[%i, %j] } }
+      return %t : memref<3x2xf64>
+    }
 
 `lower(module, full=...)` runs the conversion of conversion.py (MLIR's semantics) with the target, the type
 converter and the patterns below. toy.print is not lowered here (as in Ch-5): it stays, legal once its operand is
@@ -88,7 +94,7 @@ def make_target(converter: TypeConverter) -> ConversionTarget:
     """Legal after lowering: arith, scf, memref, the module, functions and returns whose types are legal, and
     toy.print on a memref. The whole toy dialect is illegal otherwise."""
     target = ConversionTarget()
-    ### HINT: op-specific actions beat dialect actions; func.func / func.return / toy.print are legal only for some types
+    ### HINT: op-specific actions beat dialect actions; func.func, func.return, toy.print are legal for some types only
     ### BEGIN SOLUTION
     target.add_legal_dialect("arith", "scf", "memref")
     target.add_legal_op("builtin.module")

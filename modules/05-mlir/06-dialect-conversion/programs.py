@@ -44,6 +44,7 @@ class Program:
     out_shape: tuple[int, ...]
     text: str
     steps: list = field(default_factory=list)  # (kind, operand indices, payload) in value order; args first
+    out: int = -1  # index of the returned value (arguments first, then one value per step)
 
     def reference(self, args: list[np.ndarray]) -> np.ndarray:
         vals = list(args)
@@ -57,8 +58,6 @@ class Program:
             elif kind == "transpose":
                 vals.append(vals[ops[0]].T.copy())
         return vals[self.out]
-
-    out: int = -1
 
 
 def random_program(rng: random.Random, name: str) -> Program:
@@ -103,7 +102,8 @@ def random_program(rng: random.Random, name: str) -> Program:
 
 
 def wrapper(p: Program) -> str:
-    args = ", ".join([f"%a{i}: {memref_type(s)}" for i, s in enumerate(p.arg_shapes)] + [f"%out: {memref_type(p.out_shape)}"])
+    args = ", ".join([f"%a{i}: {memref_type(s)}" for i, s in enumerate(p.arg_shapes)]
+                     + [f"%out: {memref_type(p.out_shape)}"])
     call_args = ", ".join(f"%a{i}" for i in range(len(p.arg_shapes)))
     call_types = ", ".join(memref_type(s) for s in p.arg_shapes)
     out = memref_type(p.out_shape)
