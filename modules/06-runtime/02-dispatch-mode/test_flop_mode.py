@@ -209,10 +209,14 @@ def test_cpu_sdpa_default_path_is_counted(fm):
     FlopCounterMode does not count. Yours must: the forward as the MATH decomposition counts it (2 bmm), the backward
     as FlopCounterMode counts fused attention backward (5 bmm); with GQA every query head counts."""
     gen = torch.Generator().manual_seed(625)
+    def heads(t, like):  # k/v shape with the query's head count (GQA): torch 2.11's sdpa_flop_count rejects GQA
+        return torch.Size([t[0], like[1], *t[2:]])  # the formulas receive shapes, not tensors
+
     extra = {aten._scaled_dot_product_flash_attention_for_cpu:
-             lambda q, k, v, *a, out_shape=None, **kw: flop_counter.sdpa_flop_count(q, k, v),
+             lambda q, k, v, *a, out_shape=None, **kw: flop_counter.sdpa_flop_count(q, heads(k, q), heads(v, q)),
              aten._scaled_dot_product_flash_attention_for_cpu_backward:
-             lambda g, q, k, v, *a, out_shape=None, **kw: flop_counter.sdpa_backward_flop_count(g, q, k, v)}
+             lambda g, q, k, v, *a, out_shape=None, **kw: flop_counter.sdpa_backward_flop_count(
+                 g, q, heads(k, q), heads(v, q))}
     for (b, h, hkv, sq, sk, d), causal in [((2, 4, 4, 16, 16, 8), False), ((1, 3, 3, 7, 11, 16), False),
                                            ((2, 2, 2, 9, 9, 32), True), ((1, 1, 1, 1, 1, 4), False),
                                            ((2, 6, 2, 8, 12, 16), False)]:  # GQA: 6 query heads share 2 kv heads
