@@ -118,6 +118,8 @@ DETECTORS: dict[str, Callable[[], bool]] = {
     # NVIDIA's GEMM configuration selector (`nvidia-matmul-heuristics`, CPU only, predefined GPU profiles);
     # module 04's kernel-selection lesson compares the learner's choice with it.
     "matmul-heuristics": lambda: _has_module("nvMatmulHeuristics"),
+    # OpenVINO's runtime (CPU plugin): module 07's custom-op lifecycle lesson runs a Python `Op` in a compiled model
+    "openvino": lambda: _has_module("openvino"),
 }
 
 
