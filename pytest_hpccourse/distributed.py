@@ -55,6 +55,7 @@ __all__ = [
     "RaySession",
     "ray_cluster",
     "ray_session",
+    "remote",
     "run_actors",
     "run_ranks",
     "shutdown",
@@ -600,6 +601,20 @@ def run_actors(fn: Callable[..., Any], world_size: int, *args: Any,
     `comm.messages_to`. No process group is formed: the drill moves every byte itself.
     """
     return ray_session().run_actors(fn, world_size, *args, timeout=timeout, **kwargs)
+
+
+def remote(obj: Any, **options: Any) -> Any:
+    """`ray.remote(obj)`, with `.options(**options)` when given, for actors and tasks a drill makes itself.
+
+    Use it where `run_ranks` / `run_actors` do not fit (a drill that kills and restarts its own actors, a
+    pool of servers): code from test files and `lesson.load` modules, which no Ray worker can import by
+    name, is made to travel by value first, as `run_ranks` does. Call it after the lesson is loaded and
+    inside a test that uses the `ray_cluster` fixture (Ray must be up)."""
+    import ray
+
+    _register_local_modules()
+    handle = ray.remote(obj)
+    return handle.options(**options) if options else handle
 
 
 @pytest.fixture(scope="session")

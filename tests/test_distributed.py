@@ -281,6 +281,42 @@ def test_ships_code_from_unimportable_modules(ray_cluster, tmp_path, in_sys_modu
         sys.modules.pop(name, None)
 
 
+def test_remote_ships_a_lesson_class_by_value_and_its_actor_can_be_killed(ray_cluster, tmp_path):
+    import ray
+
+    name = f"hpccourse_learner_{os.getpid()}_actor"
+    mod = _load_unimportable(tmp_path, name, True)
+    src = tmp_path / f"{name}_cls.py"
+    src.write_text(textwrap.dedent("""
+        import os
+
+        class Counter:
+            def __init__(self, start):
+                self.n = start
+
+            def bump(self):
+                self.n += 1
+                return self.n
+
+            def pid(self):
+                return os.getpid()
+    """))
+    spec = importlib.util.spec_from_file_location(f"{name}_cls", src)
+    cls_mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = cls_mod
+    spec.loader.exec_module(cls_mod)
+    try:
+        actor = distributed.remote(cls_mod.Counter, num_cpus=0).remote(41)
+        assert ray.get(actor.bump.remote()) == 42
+        assert ray.get(distributed.remote(mod.helper).remote(1.0)) == 8.0  # plain function -> task
+        os.kill(ray.get(actor.pid.remote()), 9)
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.bump.remote(), timeout=120)
+    finally:
+        sys.modules.pop(name, None)
+        sys.modules.pop(spec.name, None)
+
+
 def test_ray_address_connects_to_the_running_cluster(ray_cluster, tmp_path):
     import ray
 
