@@ -120,6 +120,9 @@ DETECTORS: dict[str, Callable[[], bool]] = {
     "matmul-heuristics": lambda: _has_module("nvMatmulHeuristics"),
     # OpenVINO's runtime (CPU plugin): module 07's custom-op lifecycle lesson runs a Python `Op` in a compiled model
     "openvino": lambda: _has_module("openvino"),
+    # Megatron-core (`pip install --no-deps megatron-core==0.16.1`): module 09 compares pipeline schedule tables
+    # and device-mesh rank groups with it
+    "megatron-core": lambda: _has_module("megatron.core"),
 }
 
 

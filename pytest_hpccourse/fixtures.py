@@ -61,9 +61,12 @@ def _lesson_for(node: pytest.Item) -> LessonFiles:
     return LessonFiles(folder, manifest.read_id(folder) or folder.name)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def lesson(request: pytest.FixtureRequest) -> LessonFiles:
-    """The lesson this test belongs to: `lesson.load("kernel.py")`, `lesson.path("x.cu")`, `lesson.id`."""
+    """The lesson this test belongs to: `lesson.load("kernel.py")`, `lesson.path("x.cu")`, `lesson.id`.
+
+    Module scope (a test file belongs to one lesson), so module-scoped fixtures can load learner code once
+    for several tests; `load` still imports afresh on every call."""
     return _lesson_for(request.node)
 
 
