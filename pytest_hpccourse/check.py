@@ -23,6 +23,7 @@ any lesson is UNSOUND (or UNPROVEN with --strict), 2 on usage errors, else 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import audit, forkrun, manifest, release
+from . import audit, forkrun, manifest, release, sharedray
 from .regions import RegionError, find_regions
 from .report import clip, num, pad, width
 
@@ -104,6 +105,7 @@ class Runner:
     threads: int
     registered: bool = field(default_factory=_plugin_registered)
     fork: bool = field(default_factory=forkrun.enabled)
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. the shared Ray instance (sharedray.py)
     _forker: forkrun.ForkRunner | None = field(default=None, init=False, repr=False)
 
     def env(self) -> dict[str, str]:
@@ -111,6 +113,7 @@ class Runner:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env.setdefault(var, str(self.threads))
+        env.update(self.extra_env)
         if not self.registered:  # the package is importable here but not installed: load it by name
             pkg_parent = str(Path(__file__).resolve().parent.parent)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
@@ -446,6 +449,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _needs_ray(paths: Sequence[Path]) -> bool:
+    for d in manifest.iter_lesson_dirs(paths):
+        try:
+            if "ray" in (manifest.read_raw(d).get("requires") or ()):
+                return True
+        except Exception:  # noqa: BLE001 - an invalid manifest is reported by the check itself
+            continue
+    return False
+
+
 def main(args: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(args)
     paths = ns.paths or [Path("modules") if Path("modules").is_dir() else Path(".")]
@@ -462,7 +475,11 @@ def main(args: Sequence[str] | None = None) -> int:
             print(f"[{done}/{total}] {res.id} {res.verdict} ({res.seconds:.1f}s)", flush=True)
 
     course = course_audit(paths)
-    results = check_paths(paths, jobs, runner, progress, course=course, static_only=ns.static)
+    with contextlib.ExitStack() as stack:
+        if not ns.static and _needs_ray(paths) and sharedray.wanted():
+            # logical CPUs: room for every concurrent run's actors, as if each had the machine
+            runner.extra_env.update(stack.enter_context(sharedray.shared_ray(cpus=(os.cpu_count() or 1) * (jobs + 1))))
+        results = check_paths(paths, jobs, runner, progress, course=course, static_only=ns.static)
     elapsed = time.perf_counter() - started
     if not results:
         print(f"hpccourse check: no lesson.toml under {', '.join(map(str, paths))}", file=sys.stderr)
