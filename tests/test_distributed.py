@@ -317,6 +317,29 @@ def test_remote_ships_a_lesson_class_by_value_and_its_actor_can_be_killed(ray_cl
         sys.modules.pop(spec.name, None)
 
 
+def _stamp(rank, world_size, mod, tag):
+    if mod.VALUE < 0:
+        raise ValueError("negative VALUE")
+    return mod.VALUE, tag, time.time_ns()
+
+
+def test_drill_once_runs_once_per_source_and_keeps_failures(ray_cluster, tmp_path):
+    from pytest_hpccourse.fixtures import LessonFiles
+
+    (tmp_path / "lesson.toml").write_text('id = "x-01"\n')
+    lesson = LessonFiles(tmp_path, "x-01")
+    (tmp_path / "learner.py").write_text("VALUE = 3\n")
+    first = distributed.drill_once(lesson, "learner.py", _stamp, 2, "a")
+    assert [r[:2] for r in first] == [(3, "a"), (3, "a")]
+    assert distributed.drill_once(lesson, "learner.py", _stamp, 2, "a") == first  # cached: same stamps
+    (tmp_path / "learner.py").write_text("VALUE = -1\n")  # new source: runs again, and fails
+    for _ in range(2):  # the failure is kept and raised for every test that asks
+        with pytest.raises(RankError, match="negative VALUE"):
+            distributed.drill_once(lesson, "learner.py", _stamp, 2, "a")
+    (tmp_path / "learner.py").write_text("VALUE = 3\n")
+    assert distributed.drill_once(lesson, "learner.py", _stamp, 2, "a") == first
+
+
 def test_ray_address_connects_to_the_running_cluster(ray_cluster, tmp_path):
     import ray
 

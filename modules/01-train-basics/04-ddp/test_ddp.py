@@ -1,7 +1,6 @@
 """Tests for train-04. Reference: the same model trained in one process on the whole batch
 (float64), which data parallelism with averaged gradients must reproduce step for step."""
 
-import hashlib
 import random
 
 import pytest
@@ -9,7 +8,7 @@ import torch
 from torch import nn
 
 from pytest_hpccourse.collectives import record_collectives
-from pytest_hpccourse.distributed import run_ranks
+from pytest_hpccourse.distributed import drill_once
 
 
 def reference_buckets(sizes, cap):
@@ -171,23 +170,12 @@ def check_overlap(res, cap, rank):
 
 
 CAPS = [400, 1, 10**9]  # float64 bytes of (w1, b1, w2, b2, w3, b3) = 728, 104, 1144, 88, 264, 24
-_runs = {}
 
 
 def run_drill(lesson, world_size):
     """One Ray run per (learner source, world size), shared by the tests that grade it."""
-    source = lesson.path("ddp.py").read_bytes()
-    key = (hashlib.sha256(source).hexdigest(), world_size)
-    if key not in _runs:
-        x, y = make_data(world_size, per_rank=5, seed=world_size)
-        try:
-            _runs[key] = (x, y, run_ranks(train_rank, world_size, lesson.load("ddp.py"), x, y, CAPS,
-                                          timeout=60))
-        except Exception as err:  # noqa: BLE001 - a failed drill fails each test grading it, once
-            _runs[key] = err
-    if isinstance(_runs[key], Exception):
-        raise _runs[key]
-    return _runs[key]
+    x, y = make_data(world_size, per_rank=5, seed=world_size)  # fixed seed: the same data on every call
+    return x, y, drill_once(lesson, "ddp.py", train_rank, world_size, x, y, CAPS, timeout=60)
 
 
 @pytest.mark.points(2)

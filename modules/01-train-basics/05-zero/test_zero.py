@@ -2,14 +2,13 @@
 whole batch; the sharded optimizer on N Ray ranks must give the same parameters after k steps, hold
 1/N of the optimizer state, and drop the full gradients (ZeRO-2)."""
 
-import hashlib
 
 import pytest
 import torch
 from torch import nn
 
 from pytest_hpccourse.collectives import record_collectives
-from pytest_hpccourse.distributed import run_ranks
+from pytest_hpccourse.distributed import drill_once
 
 
 def test_shard_bounds(lesson):
@@ -106,22 +105,12 @@ def train_dtype(rank, world_size, zero_mod, x, y, recorder):
 
 
 NUMEL = 113
-_runs = {}
 
 
 def run_drill(lesson, world_size):
     """One Ray run per (learner source, world size), shared by the tests that grade it."""
-    key = (hashlib.sha256(lesson.path("zero.py").read_bytes()).hexdigest(), world_size)
-    if key not in _runs:
-        data = {dt: make_data(world_size, dt) for dt in (torch.float64, torch.float32)}
-        try:
-            _runs[key] = (data, run_ranks(train_rank, world_size, lesson.load("zero.py"), data,
-                                          timeout=60))
-        except Exception as err:  # noqa: BLE001 - a failed drill fails each test grading it, once
-            _runs[key] = err
-    if isinstance(_runs[key], Exception):
-        raise _runs[key]
-    return _runs[key]
+    data = {dt: make_data(world_size, dt) for dt in (torch.float64, torch.float32)}  # fixed seeds
+    return data, drill_once(lesson, "zero.py", train_rank, world_size, data, timeout=60)
 
 
 @pytest.mark.points(2)
