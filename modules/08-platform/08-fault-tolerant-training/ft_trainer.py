@@ -73,22 +73,27 @@ class Worker:
 
     def __init__(self, rank: int, world_size: int, cfg: Config, incarnation: int) -> None:
         self.rank, self.world_size, self.cfg, self.incarnation = rank, world_size, cfg, incarnation
-        init = np.random.default_rng(cfg.seed)  # the same initial weights on every rank
-        self.w_true = init.standard_normal(cfg.dim)
-        self.params = init.standard_normal(cfg.dim) * 0.1
-        self.m = np.zeros(cfg.dim)
-        self.v = np.zeros(cfg.dim)
-        self.data = np.random.default_rng([cfg.seed, rank])  # this rank's data stream
+        self._start_fresh()
+
+    def _start_fresh(self) -> None:
+        init = np.random.default_rng(self.cfg.seed)  # the same initial weights on every rank
+        self.w_true = init.standard_normal(self.cfg.dim)
+        self.params = init.standard_normal(self.cfg.dim) * 0.1
+        self.m = np.zeros(self.cfg.dim)
+        self.v = np.zeros(self.cfg.dim)
+        self.data = np.random.default_rng([self.cfg.seed, self.rank])  # this rank's data stream
         self.step = 0  # steps applied so far
 
     def pid(self) -> int:
         return os.getpid()
 
     def restore(self, ckpt_dir: str | None, step: int) -> int:
-        """Load this rank's shard of checkpoint `step` (None: start fresh at step 0); returns the step."""
+        """Load this rank's shard of checkpoint `step` (None: back to the initial state, step 0); returns
+        the step. Either way everything the worker held before is replaced, so a survivor can be reused."""
         if ckpt_dir is None:
             if step != 0:
                 raise ValueError(f"no checkpoint given but asked to resume at step {step}")
+            self._start_fresh()
             return 0
         with np.load(step_dir(Path(ckpt_dir), step) / f"rank{self.rank}.npz") as z:
             self.params, self.m, self.v = z["params"], z["m"], z["v"]
