@@ -30,9 +30,6 @@ def pd(lesson):
 def workers(pd, ray_cluster):
     """One prefill and two decode actors, shared by the tests of this session."""
     if "workers" not in _STATE:
-        from ray import cloudpickle
-
-        cloudpickle.register_pickle_by_value(pd)  # the workers cannot import the learner's file by name
         _STATE["workers"] = pd.make_workers(1, 2, prefill_s=0.01, step_s=STEP_S)
     return _STATE["workers"]
 
