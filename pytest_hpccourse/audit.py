@@ -3,7 +3,8 @@
 Per lesson (`lesson_reasons`):
 - formula keys: every `formula` key evaluates to a finite number at the grader's own sample points,
   and the grader gives full points to equivalent rewrites of the key that this module generates;
-- mutants: every occurrence of a mutant's `find` text lies inside a solution region of its file;
+- mutants and alternatives: every occurrence of their `find` text lies inside a solution region;
+- alternatives: a README that says another approach is also right has an `[[alternatives]]` entry;
 - hints: the lesson README does not hold two consecutive non-trivial lines of a solution region.
 Across lessons (`audit_course`):
 - per module, keyed letters of `choice` / `multi` questions are spread and the keyed option is not
@@ -314,9 +315,12 @@ def region_spans(text: str, path: str) -> list[tuple[int, int]]:
 
 
 def mutant_reasons(lesson: Lesson) -> list[str]:
-    """A reason for each mutant whose `find` text (any occurrence) lies outside every region."""
+    """A reason for each mutant or alternative whose `find` text (any occurrence) lies outside
+    every region."""
     reasons = []
-    for i, m in enumerate(lesson.mutants, 1):
+    edits = [("mutant", i, m) for i, m in enumerate(lesson.mutants, 1)]
+    edits += [("alternative", i, m) for i, m in enumerate(lesson.alternatives, 1)]
+    for kind, i, m in edits:
         try:
             text = (lesson.dir / m.file).read_text(encoding="utf-8")
             spans = region_spans(text, m.file)
@@ -331,9 +335,39 @@ def mutant_reasons(lesson: Lesson) -> list[str]:
         if outside:
             line = text.count("\n", 0, outside[0]) + 1
             which = f", {len(outside)} of {len(hits)} occurrences" if len(hits) > 1 else ""
-            reasons.append(f"mutant {i} ({m.why}) edits {m.file}:{line} outside every solution "
-                           f"region{which}: a mutant must change what the learner writes")
+            reasons.append(f"{kind} {i} ({m.why}) edits {m.file}:{line} outside every solution "
+                           f"region{which}: a{'n' if kind == 'alternative' else ''} {kind} must change "
+                           f"what the learner writes")
     return reasons
+
+
+# ---------------------------------------------------------------------------------------------
+# "also right" claims in the README
+
+
+# Sentences in which a README tells the learner that another way of solving the task also gets full
+# points. Such a claim is a promise about the tests; an [[alternatives]] entry is its proof.
+ALSO_RIGHT = re.compile(
+    r"同样正确|也(?:是)?正确|也对|也算对|(?:都|也|同样)(?:能|可以)?(?:拿|得)?满分|同样满分|测试都接受|"
+    r"\balso (?:right|correct|accepted|gets? full)", re.IGNORECASE)
+
+
+def alternative_reasons(lesson: Lesson) -> list[str]:
+    """A reason when README.md says another approach is also right and lesson.toml proves none."""
+    readme = lesson.dir / "README.md"
+    if lesson.alternatives or not readme.is_file():
+        return []
+    try:
+        lines = readme.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    for no, line in enumerate(lines, 1):
+        m = ALSO_RIGHT.search(line)
+        if m:
+            return [f"README.md:{no} says another approach is also right ({m.group(0)!r}) but lesson.toml "
+                    f"has no [[alternatives]]: add the alternative as an edit that check proves keeps "
+                    f"full code points, or drop the claim"]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,9 +443,10 @@ def hint_reasons(lesson: Lesson) -> list[str]:
 
 
 def lesson_reasons(lesson: Lesson, formula_points: int = 24) -> list[str]:
-    """Every per-lesson static rule: formula keys, mutants in solution regions, README hints."""
+    """Every per-lesson static rule: formula keys, mutants and alternatives in solution regions,
+    README hints, README "also right" claims backed by alternatives."""
     reasons = [r for q in lesson.questions for r in formula_reasons(q, formula_points)]
-    return reasons + mutant_reasons(lesson) + hint_reasons(lesson)
+    return reasons + mutant_reasons(lesson) + hint_reasons(lesson) + alternative_reasons(lesson)
 
 
 # ---------------------------------------------------------------------------------------------

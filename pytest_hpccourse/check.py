@@ -13,7 +13,9 @@ For each lesson, in its own temporary copy of the module (the source tree is nev
 2. the reference scores full marks (code and Q1-Q3, with the reference answers.yaml);
 3. the student release of that copy (release.py, with keys) scores 0 on code and on every question;
 4. every mutant's `find` occurs exactly `count` times, and applying it makes at least one code test
-   fail (only the lesson's code tests run, with `-x`); the first failing test is reported.
+   fail (only the lesson's code tests run, with `-x`); the first failing test is reported;
+5. every alternative (`[[alternatives]]`: a different-but-correct edit of the reference) applies the
+   same way and keeps full code points (all code tests run).
 
 A lesson is SOUND when all of that holds, UNSOUND when any of it fails, UNPROVEN when its code
 tests cannot run here (NEEDS a capability): listed, not failed, unless --strict. Exit status: 1 when
@@ -59,6 +61,14 @@ class MutantCheck:
 
 
 @dataclass
+class AlternativeCheck:
+    index: int
+    why: str
+    result: str  # kept | lost | count | unproven | error
+    detail: str = ""
+
+
+@dataclass
 class LessonCheck:
     path: str
     id: str
@@ -66,6 +76,7 @@ class LessonCheck:
     reference: str = "-"
     blank: str = "-"
     mutants: list[MutantCheck] = field(default_factory=list)
+    alternatives: list[AlternativeCheck] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why UNSOUND
     unproven: list[str] = field(default_factory=list)  # what could not be shown here
     seconds: float = 0.0
@@ -261,6 +272,31 @@ def _check_mutant(i: int, m: manifest.Mutant, lesson: manifest.Lesson, stage: Pa
     return MutantCheck(i, m.why, "survived", "every code test passes")
 
 
+def _check_alternative(i: int, alt: manifest.Mutant, lesson: manifest.Lesson, stage: Path, rel: str,
+                       runner: Runner, report: Path) -> AlternativeCheck:
+    target = stage / rel / alt.file
+    original = target.read_bytes()
+    text = original.decode("utf-8")
+    found = text.count(alt.find)
+    if found != alt.count:
+        return AlternativeCheck(i, alt.why, "count", f"find text occurs {found} time(s), count = {alt.count}")
+    target.write_text(text.replace(alt.find, alt.replace), encoding="utf-8")
+    try:
+        entry, output = runner.run(stage, [f"{rel}/{t}" for t in lesson.tests], lesson.id, report)
+    finally:
+        target.write_bytes(original)
+    if entry is None:
+        return AlternativeCheck(i, alt.why, "error", output)
+    code = entry["code"]
+    if code["status"] == "NEEDS":
+        return AlternativeCheck(i, alt.why, "unproven", code["message"])
+    if code["score"] < code["max_score"]:
+        failed = [t for t in code["tests"] if t["outcome"] in ("failed", "error")]
+        where = failed[0]["nodeid"].split("/")[-1] if failed else code["message"]
+        return AlternativeCheck(i, alt.why, "lost", f"code {_score(code)}, first loss: {where}")
+    return AlternativeCheck(i, alt.why, "kept", f"code {_score(code)}")
+
+
 def _copy_lesson_module(lesson_dir: Path, stage: Path) -> str:
     """Copy the lesson's module into `stage` without the other lessons (nor lesson folders still
     being written: `NN-slug` folders of the module); returns the lesson's path relative to `stage`
@@ -345,8 +381,11 @@ def check_lesson(lesson_dir: Path, runner: Runner, display: str,
         if runnable and reference_ok:
             for i, m in enumerate(lesson.mutants, 1):
                 res.mutants.append(_check_mutant(i, m, lesson, stage, rel, runner, report))
-        elif not runnable and lesson.mutants:
-            res.unproven.append(f"{len(lesson.mutants)} mutant(s) not run")
+            for i, alt in enumerate(lesson.alternatives, 1):
+                res.alternatives.append(_check_alternative(i, alt, lesson, stage, rel, runner, report))
+        elif not runnable and (lesson.mutants or lesson.alternatives):
+            res.unproven.append(f"{len(lesson.mutants)} mutant(s) not run" + (
+                f", {len(lesson.alternatives)} alternative(s) not run" if lesson.alternatives else ""))
         # (a reference that fails its own tests is already UNSOUND; mutants would prove nothing)
     for mc in res.mutants:
         if mc.result in ("survived", "count", "error"):
@@ -354,6 +393,12 @@ def check_lesson(lesson_dir: Path, runner: Runner, display: str,
             res.fail(f"mutant {mc.index} ({mc.why}) {label}: {mc.detail}")
         elif mc.result == "unproven":
             res.unproven.append(f"mutant {mc.index}: {mc.detail}")
+    for ac in res.alternatives:
+        if ac.result in ("lost", "count", "error"):
+            label = {"lost": "loses points", "count": "does not apply", "error": "run failed"}[ac.result]
+            res.fail(f"alternative {ac.index} ({ac.why}) {label}: {ac.detail}")
+        elif ac.result == "unproven":
+            res.unproven.append(f"alternative {ac.index}: {ac.detail}")
     return _done(res, started)
 
 
@@ -428,13 +473,16 @@ def details(results: Sequence[LessonCheck]) -> list[str]:
         lines.extend(f"  UNPROVEN: {reason}" for reason in r.unproven)
         lines.extend(f"  mutant {m.index} ({m.why}): {m.detail}" for m in r.mutants
                      if m.result == "caught")
+        lines.extend(f"  alternative {a.index} ({a.why}): {a.detail}" for a in r.alternatives
+                     if a.result == "kept")
     return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hpccourse check",
                                 description="Prove lessons sound: the reference scores 10/10, the "
-                                            "released blank 0, every mutant is caught.")
+                                            "released blank 0, every mutant is caught, every "
+                                            "alternative keeps full code points.")
     p.add_argument("paths", nargs="*", type=Path,
                    help="lesson or module folders (default: modules/, else .)")
     p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,

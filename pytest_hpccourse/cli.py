@@ -14,6 +14,7 @@ from .report import clip, pad, width
 SUBCOMMANDS = {
     "release": ("pytest_hpccourse.release", "write a module's student repo (solutions blanked)"),
     "check": ("pytest_hpccourse.check", "prove lessons sound: reference 10/10, blank 0, mutants caught"),
+    "attack": ("pytest_hpccourse.attack", "grade wrong and correct learner-style variants; report misgrades"),
     "new": ("pytest_hpccourse.scaffold", "scaffold a new lesson folder"),
     "site": ("pytest_hpccourse.site", "build or serve the course site (learner or reference edition)"),
     "notebook": ("pytest_hpccourse.notebook", "write one lesson as a Jupyter notebook"),

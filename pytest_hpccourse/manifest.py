@@ -83,6 +83,7 @@ class Lesson:
     tests: tuple[str, ...] = ()
     mutants: tuple[Mutant, ...] = ()
     questions: tuple[Question, ...] = ()
+    alternatives: tuple[Mutant, ...] = ()  # different-but-correct edits: must keep full code points
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -236,10 +237,13 @@ def _question(v: _Validator, raw: Any, index: int) -> Question:
     return q
 
 
-def _mutant(v: _Validator, raw: Any, index: int, files: tuple[str, ...], lesson_dir: Path) -> Mutant:
-    prefix = f"mutants[{index}]."
+def _mutant(v: _Validator, raw: Any, index: int, files: tuple[str, ...], lesson_dir: Path,
+            table: str = "mutants") -> Mutant:
+    """One `[[mutants]]` entry, or (table="alternatives") one `[[alternatives]]` entry: the same
+    fields, an edit of the reference that must keep full code points instead of losing some."""
+    prefix = f"{table}[{index}]."
     if not isinstance(raw, dict):
-        v.fail(f"mutants[{index}]", "must be a table ([[mutants]])")
+        v.fail(f"{table}[{index}]", f"must be a table ([[{table}]])")
     file = v.string(raw, "file", prefix)
     if file not in files:
         v.fail(prefix + "file", f"{file!r} is not one of the lesson's files")
@@ -257,7 +261,7 @@ def _mutant(v: _Validator, raw: Any, index: int, files: tuple[str, ...], lesson_
 
 def parse(data: dict, lesson_dir: Path, where: str | None = None) -> Lesson:
     v = _Validator(where or display_path(lesson_dir / FILENAME))
-    known = {"id", "title", "title_en", "requires", "files", "tests", "mutants", "questions"}
+    known = {"id", "title", "title_en", "requires", "files", "tests", "mutants", "alternatives", "questions"}
     for key in data:
         if key not in known:
             v.fail(key, "is not a known lesson field")
@@ -285,6 +289,11 @@ def parse(data: dict, lesson_dir: Path, where: str | None = None) -> Lesson:
     if not isinstance(mutants_raw, list):
         v.fail("mutants", "must be an array of tables ([[mutants]])")
     mutants = tuple(_mutant(v, m, i, files, lesson_dir) for i, m in enumerate(mutants_raw))
+    alternatives_raw = data.get("alternatives", [])
+    if not isinstance(alternatives_raw, list):
+        v.fail("alternatives", "must be an array of tables ([[alternatives]])")
+    alternatives = tuple(_mutant(v, m, i, files, lesson_dir, "alternatives")
+                         for i, m in enumerate(alternatives_raw))
     questions_raw = data.get("questions", [])
     if not isinstance(questions_raw, list) or len(questions_raw) != 3:
         v.fail("questions", "must hold exactly three [[questions]] (Q1, Q2, Q3)")
@@ -294,7 +303,8 @@ def parse(data: dict, lesson_dir: Path, where: str | None = None) -> Lesson:
     if sum(q.kind in OBJECTIVE_KINDS for q in questions) < 2:
         v.fail("questions", "at least two questions must be objectively graded (choice, multi, numeric, formula)")
     return Lesson(dir=lesson_dir, id=lesson_id, title=title, title_en=title_en, requires=requires,
-                  files=files, tests=tests, mutants=mutants, questions=questions, raw=data)
+                  files=files, tests=tests, mutants=mutants, questions=questions,
+                  alternatives=alternatives, raw=data)
 
 
 def load_lesson(lesson_dir: Path) -> Lesson:

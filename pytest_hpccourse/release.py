@@ -87,9 +87,9 @@ def _lesson_id(path: Path, data: Mapping[str, Any]) -> str:
 
 
 def split_keys(data: Mapping[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(released lesson.toml data, {question id: key fields}). Mutants leave the release too:
-    their `find` text is reference code."""
-    released = {k: v for k, v in data.items() if k != "mutants"}
+    """(released lesson.toml data, {question id: key fields}). Mutants and alternatives leave the
+    release too: their `find` and `replace` texts are (edits of) reference code."""
+    released = {k: v for k, v in data.items() if k not in ("mutants", "alternatives")}
     questions = data.get("questions", [])
     if not isinstance(questions, list) or not all(isinstance(q, Mapping) for q in questions):
         raise ReleaseError(f"{path}: `questions` must be an array of tables")
@@ -307,7 +307,7 @@ def _release_in_place(out: Path, keys: bool, template: Path, scoring: Path | Non
     for d, data in lesson_data.items():
         released, lesson_keys = split_keys(data, d / "lesson.toml")
         (d / "lesson.toml").write_text(
-            f"# Released lesson: answer keys and mutants are not in this file.\n"
+            f"# Released lesson: answer keys, mutants and alternatives are not in this file.\n"
             f"{tomlw.dumps(released)}", encoding="utf-8")
         (d / "answers.yaml").write_text(answers_template(released), encoding="utf-8")
         if lesson_keys:
