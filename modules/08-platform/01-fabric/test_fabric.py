@@ -86,6 +86,19 @@ def test_rail_optimized_keeps_same_index_gpus_one_switch_apart(f):
     assert f.switch_hops((0, 3), (0 + 1, 4), g, down, True) == 3  # different rails meet at a spine
 
 
+def test_non_rail_servers_straddle_leaves(f):
+    """Non-rail: NIC ports are numbered server by server; with 12 ports per leaf and 8 NICs per server,
+    server 1's NICs 0-3 sit on leaf 0 and NICs 4-7 on leaf 1."""
+    g, down, servers = 8, 12, 7
+    ports = [(s, i) for s in range(servers) for i in range(g)]  # consecutive host ports, leaf = port // down
+    leaf = {nic: (0, k // down) for k, nic in enumerate(ports)}
+    for s, i in ports:
+        assert f.leaf_of(s, i, g, down, False) == leaf[(s, i)], (s, i)
+    pairs = [((s, i), (t, j)) for (s, i) in ports for (t, j) in ports if s < t]
+    want = sum(1 if leaf[a] == leaf[b] else 3 for a, b in pairs)
+    assert sum(f.switch_hops(a, b, g, down, False) for a, b in pairs) == want
+
+
 def test_collision_stats_on_crafted_loads(f):
     assert f.collision_stats(np.array([0, 2, 0, 1])) == (2, 2, pytest.approx(2 / 3))
     assert f.collision_stats(np.array([3, 1, 1, 2, 0])) == (4, 3, pytest.approx(4 / 5))
