@@ -85,6 +85,12 @@ def test_mark_probability_is_red_between_kmin_and_kmax(m):
 def test_pfc_pauses_at_xoff_and_resumes_only_at_xon(m):
     rng = np.random.default_rng(3)
     xoff, xon = 1000.0, 700.0
+    # exact thresholds from a known state: an unpaused port pauses AT xoff, a paused one resumes AT xon
+    old = np.array([False, False, True, True, False, True])
+    row = np.array([xoff, xoff - 1e-9, xon, xon + 1e-9, 0.0, 2 * xoff])
+    got = np.asarray(m.pfc_update(old.copy(), row.copy(), xoff, xon), dtype=bool)
+    assert got.tolist() == [True, False, False, True, False, True], \
+        f"state {old.tolist()} with bytes {row.tolist()}: got {got.tolist()} (pause at >= XOFF, resume at <= XON)"
     walk = np.clip(np.cumsum(rng.normal(0, 120, (400, 7)), axis=0) + 800, 0, None)
     walk[5, :] = [xoff, xon, xoff - 1, xon + 1, 0, 2 * xoff, 850]   # exact thresholds
     walk[6, :] = [xon, xon, xon + 1, xon, 0, xoff, 850]
@@ -170,6 +176,21 @@ def test_rp_state_machine_matches_a_hand_computed_sequence(m):
     assert math.isclose(rp.alpha[0], a, rel_tol=1e-12), "alpha = (1 - g) alpha + g after CNPs"
     rp.update_alpha()
     assert math.isclose(rp.alpha[0], a * (1 - G), rel_tol=1e-12), "alpha decays when no CNP came since the last update"
+
+
+@pytest.mark.points(1)
+def test_increase_timer_keeps_its_schedule_when_called_late(m):
+    """The timer fires every timer_us from the cut: a late call does the due event and the next one stays on
+    the original schedule (next_increase += timer_us, not now + timer_us)."""
+    p = m.DcqcnParams()
+    rp = m.DcqcnRp(2, p)
+    rp.on_cnp(np.array([True, True]))
+    rp.decrease(0)                               # both cut to 50, timers due at 900
+    rp.increase(950)                             # 50 us late: fast recovery for both
+    assert rp.rc.tolist() == [75.0, 75.0]
+    rp.increase(1800)                            # due at 900 + 900 = 1800 (not 950 + 900)
+    assert rp.rc.tolist() == [87.5, 87.5], "the next increase is due one period after the previous due time"
+    assert rp.next_increase.tolist() == [2700.0, 2700.0]
 
 
 @pytest.mark.points(2)
