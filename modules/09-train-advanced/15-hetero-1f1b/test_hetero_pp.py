@@ -130,6 +130,47 @@ def test_partition_respects_the_1f1b_memory_of_each_stage(lesson):
         hp.partition(layers, p, m, min(budgets) - 0.125)
 
 
+# (t_f, t_b, act, weight) per layer, p, m, budget: a layer with large activations that fits only on a late
+# stage (small multiplier min(p - s, m)). Packing stages greedily from the FRONT pushes it onto a stage whose
+# multiplier is too large (or leaves a later stage empty) at every bottleneck value, although a partition exists.
+_STAGE_INDEX_TRAPS = [
+    ([(1, 1, .1, .1), (1, 1, .1, .1), (1, 1, 3, .1), (1, 1, .1, .1)], 3, 3, 3.5),  # optimum [1, 1, 2]
+    ([(2.0, 1.0, 0.125, 0.375), (1.0, 1.5, 0.125, 0.125), (2.0, 2.0, 2.0, 0.25), (0.5, 1.0, 0.125, 0.25)], 3, 2, 2.625),
+    ([(0.5, 1.0, 0.125, 0.5), (1.5, 1.5, 0.125, 0.25), (2.0, 0.5, 1.0, 0.375), (1.5, 1.5, 0.125, 0.25)], 3, 3, 1.75),
+    ([(2.0, 1.0, 0.125, 0.125), (1.5, 1.0, 0.125, 0.5), (0.5, 0.5, 0.125, 0.5), (0.5, 2.0, 1.0, 0.5),
+      (1.5, 2.0, 0.125, 0.375)], 4, 2, 2.0),
+    ([(1.0, 1.5, 0.125, 0.125), (1.5, 2.0, 0.125, 0.25), (0.5, 0.5, 2.0, 0.375), (1.5, 2.0, 0.125, 0.5),
+      (2.0, 1.0, 1.0, 0.5)], 4, 4, 4.375),
+    ([(1.5, 1.0, 0.125, 0.375), (0.5, 1.5, 0.125, 0.25), (1.0, 0.5, 2.0, 0.125), (0.5, 0.5, 0.125, 0.125),
+      (2.0, 1.0, 0.125, 0.375)], 3, 3, 2.875),
+    ([(1.0, 2.0, 0.125, 0.5), (0.5, 1.5, 0.125, 0.375), (2.0, 2.0, 1.0, 0.5), (1.5, 1.0, 2.0, 0.25),
+      (1.5, 1.0, 1.0, 0.25), (1.0, 1.0, 0.125, 0.125), (0.5, 1.5, 0.125, 0.125)], 3, 2, 4.0),
+    ([(0.5, 1.5, 0.125, 0.5), (1.5, 1.0, 0.125, 0.375), (1.0, 0.5, 0.125, 0.375), (1.0, 0.5, 1.0, 0.25),
+      (1.5, 2.0, 2.0, 0.125), (2.0, 0.5, 0.125, 0.5)], 4, 4, 2.875),
+    ([(1.0, 2.0, 0.125, 0.375), (0.5, 1.5, 1.0, 0.375), (0.5, 1.5, 1.0, 0.125), (1.0, 1.5, 0.125, 0.125),
+      (2.0, 0.5, 2.0, 0.5), (2.0, 1.0, 0.125, 0.25), (2.0, 1.5, 1.0, 0.125)], 4, 2, 4.25),
+]
+
+
+@pytest.mark.points(1)
+def test_partition_memory_depends_on_the_stage_index(lesson):
+    """Exact under a budget, also where a front-to-back greedy (bisection + fill each stage from stage 0)
+    finds nothing: the memory multiplier of a layer depends on the stage it lands on."""
+    hp = lesson.load("hetero_pp.py")
+    for spec, p, m, budget in _STAGE_INDEX_TRAPS:
+        layers = [hp.Layer(f"l{i}", *x) for i, x in enumerate(spec)]
+        want = _brute_force(layers, p, m, budget)
+        assert want < math.inf, "test bug: the crafted case must be feasible"
+        try:
+            sizes = hp.partition(layers, p, m, budget)
+        except ValueError:
+            pytest.fail(f"p={p} m={m} budget={budget}: ValueError, but a partition with bottleneck {want} fits "
+                        f"(layers {spec})")
+        sizes = _check_sizes(sizes, len(layers), p)
+        assert _mem_ok(layers, sizes, p, m, budget), f"stage over budget {budget} GB: {sizes}"
+        assert _cost(layers, sizes) == pytest.approx(want, abs=1e-9), f"{sizes} is not optimal under budget {budget}"
+
+
 def _all_sizes(n, p):
     for cuts in itertools.combinations(range(1, n), p - 1):
         b = [0, *cuts, n]
