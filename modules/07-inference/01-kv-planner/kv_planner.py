@@ -5,7 +5,8 @@ Contract (what the tests check, exactly, in integers where the quantity is a cou
 - ``kv_elems_per_layer(spec, tp)``: cache elements one GPU stores per token per layer.
   MHA/GQA: a K and a V vector of ``head_dim`` for each KV head that GPU holds. Tensor parallelism
   splits the KV heads over ``tp`` ranks; when there are fewer KV heads than ranks each rank keeps
-  one (replicated) head, as vLLM does (``max(1, num_kv_heads // tp)``).
+  one (replicated) head, as vLLM does (``max(1, num_kv_heads // tp)``). Only TP degrees vLLM accepts
+  occur: tp divides num_heads, and num_kv_heads divides tp or tp divides num_kv_heads.
   MLA (``spec.kv_lora_rank > 0``): the compressed latent ``c_KV`` (kv_lora_rank elements) plus the
   decoupled RoPE key (qk_rope_head_dim elements), one copy shared by all heads, hence the same on
   every TP rank.
@@ -18,7 +19,7 @@ Contract (what the tests check, exactly, in integers where the quantity is a cou
   (one new token for each of ``batch`` sequences, each attending to ``context_len`` cached tokens)
   on one GPU. Bytes read = the GPU's weights once + the KV cache of the whole batch. FLOPs = 2 per
   active parameter per token + attention over the context. Time = max(bytes / bandwidth,
-  FLOPs / peak): the roofline lower bound.
+  FLOPs / peak): the roofline lower bound; ``bound`` is "memory" when the two times are equal.
 """
 
 from __future__ import annotations

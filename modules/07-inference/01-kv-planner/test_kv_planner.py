@@ -128,6 +128,10 @@ def test_capacity_hand_cases(kp):
     cap = kp.plan_capacity(kp.DEEPSEEK_V3, fp8, 32768)
     # 671e9 B of fp8 weights / 8 = 83,875,000,000 B; 64 x 35,136 B blocks
     assert (cap.kv_budget_bytes, cap.num_blocks, cap.max_seqs) == (38_730_032_704, 17223, 33), cap
+    kv8 = kp.Deployment(H200_BYTES, 0.9, 4 * GiB, block_size=16, kv_dtype_bytes=1)   # bf16 weights, fp8 KV
+    cap = kp.plan_capacity(kp.LLAMA3_8B, kv8, 8192)
+    # same budget as the first case; 64 KiB/token -> 1 MiB blocks: twice the blocks and the sequences
+    assert (cap.kv_budget_bytes, cap.num_blocks, cap.max_seqs) == (106_544_510_208, 101608, 198), cap
     small = kp.Deployment(20_000_000_000, 0.9, 2 * GiB)          # weights do not fit: nothing left
     cap = kp.plan_capacity(kp.LLAMA3_8B, small, 100)
     assert (cap.kv_budget_bytes, cap.num_blocks, cap.max_seqs) == (0, 0, 0), cap
@@ -140,10 +144,12 @@ def test_capacity_random_against_token_by_token_fill(kp):
         spec = random_spec(kp, rng, mla=i % 4 == 0)
         tp = pick_tp(spec, rng, [1, 2, 4])
         bs = rng.choice([1, 3, 8, 16, 32])
-        kv_bytes = ref_kv_bytes(spec, 2, tp)
-        weights = math.ceil(spec.num_params * 2 / tp)
+        wb, kb = [(2, 2), (2, 1), (1, 2), (1, 1)][i % 4]   # weight and KV dtypes vary independently
+        kv_bytes = ref_kv_bytes(spec, kb, tp)
+        weights = math.ceil(spec.num_params * wb / tp)
         gpu = weights + rng.randint(0, 400) * bs * kv_bytes + rng.randint(0, 10**6)
-        dep = kp.Deployment(gpu, rng.choice([1.0, 0.97, 0.9]), rng.randint(0, 10**5), block_size=bs, tp=tp)
+        dep = kp.Deployment(gpu, rng.choice([1.0, 0.97, 0.9]), rng.randint(0, 10**5), block_size=bs, tp=tp,
+                            weight_dtype_bytes=wb, kv_dtype_bytes=kb)
         seq_len = rng.randint(1, 300)
         budget, pool, per_seq, seqs = ref_capacity(kp, spec, dep, seq_len)
         cap = kp.plan_capacity(spec, dep, seq_len)
@@ -170,6 +176,12 @@ def ref_step(spec, tp, batch, ctx, weight_b, kv_b):
 
 @pytest.mark.points(1)
 def test_decode_roofline(kp):
+    # exact tie: 1 layer, 1 head, head_dim 1; weights 2 * (2**20 - 8) B + KV 4 * 4 B = 2**21 B and FLOPs
+    # 2 * (2**20 - 8) + 4 * 4 = 2**21, at 2**21 B/s and 2**21 FLOP/s: both times are exactly 1 s -> "memory"
+    tiny = kp.ModelSpec("tie", 1, 1, 1, 1, 2**20 - 8, 2**20 - 8)
+    r = kp.decode_roofline(tiny, kp.Deployment(H200_BYTES, 0.9, 0), 1, 4, 2.0**21, 2.0**21)
+    assert (r.bytes_read, r.flops, r.t_memory, r.t_compute) == (2**21, 2**21, 1.0, 1.0), r
+    assert r.bound == "memory", f"equal times must give bound 'memory' (README): {r}"
     dep = kp.Deployment(H200_BYTES, 0.9, 4 * GiB)
     r = kp.decode_roofline(kp.LLAMA3_8B, dep, 64, 4096, COPY_BW, BF16_PEAK)
     assert r.bytes_read == 16_060_522_496 + 64 * 4096 * 131072, r      # weights + KV of the batch
