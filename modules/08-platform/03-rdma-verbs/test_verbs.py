@@ -167,6 +167,10 @@ def test_one_sided_ops_and_access_rules(lesson):
         v.Node().reg_mr(b"x" * 8, v.IBV_ACCESS_REMOTE_WRITE | v.IBV_ACCESS_REMOTE_READ)
     assert e.value.errno_name == "EINVAL", "REMOTE_WRITE without LOCAL_WRITE must be EINVAL"
     v.Node().reg_mr(b"x" * 8, v.IBV_ACCESS_REMOTE_READ)  # read-only remote access is fine
+    with pytest.raises(v.VerbsError) as e:
+        v.Node().reg_mr(b"x" * 8, v.IBV_ACCESS_REMOTE_ATOMIC)
+    assert e.value.errno_name == "EINVAL", "REMOTE_ATOMIC without LOCAL_WRITE must be EINVAL"
+    v.Node().reg_mr(b"x" * 8, v.IBV_ACCESS_REMOTE_ATOMIC | v.IBV_ACCESS_LOCAL_WRITE)
     rng = random.Random(7)
     qp, local, remote = rc_pair(v, rng)
     lbuf, rbuf = bytearray(local.buf), bytearray(remote.buf)
@@ -210,8 +214,9 @@ def _violations(v, rng):
         return v.SendWR(0, R, ro.addr, 8, ro.lkey, re.addr, re.rkey)
 
     def wrong_rkey(v, lo, re, qp):
-        """rkey of the local MR sent to the peer"""
-        return v.SendWR(0, W, lo.addr, 8, lo.lkey, re.addr, lo.rkey)
+        """rkey of a remotely writable MR of the LOCAL node sent to the peer (the peer has no such rkey)"""
+        own = qp.node.reg_mr(b"o" * 64, v.IBV_ACCESS_LOCAL_WRITE | v.IBV_ACCESS_REMOTE_WRITE | v.IBV_ACCESS_REMOTE_READ)
+        return v.SendWR(0, W, lo.addr, 8, lo.lkey, own.addr, own.rkey)
 
     def remote_past_end(v, lo, re, qp):
         """remote range one byte past the MR"""
@@ -282,6 +287,24 @@ def test_rc_completions_in_post_order_then_flush(lesson, seed):
         qp.post_send(random_wr(v, rng, 99, local, remote))
         assert (qp.cq[-1].wr_id, qp.cq[-1].status) == (99, v.WCStatus.WR_FLUSH_ERR)
         assert local.buf == lbuf and remote.buf == rbuf
+
+
+@pytest.mark.points(1)
+def test_stale_and_unknown_acks_change_nothing(lesson):
+    v = lesson.load("verbs.py")
+    rng = random.Random(23)
+    qp, local, remote = rc_pair(v, rng)
+    for i in range(6):
+        qp.post_send(random_wr(v, rng, 10 + i, local, remote))
+    qp.ack(99)                                   # unknown id before any ACK
+    assert qp.cq == [], "an ACK for an id that was never posted completes nothing"
+    qp.ack(12)                                   # cumulative: 10, 11, 12
+    qp.ack(11)                                   # stale
+    qp.ack(3)                                    # unknown
+    assert [w.wr_id for w in qp.cq] == [10, 11, 12], "stale or unknown ids must not complete outstanding WRs"
+    assert [w.wr_id for w, _ in qp.outstanding] == [13, 14, 15]
+    qp.ack(15)
+    assert [(w.wr_id, w.status) for w in qp.cq] == [(10 + i, v.WCStatus.SUCCESS) for i in range(6)]
 
 
 @pytest.mark.points(1)
