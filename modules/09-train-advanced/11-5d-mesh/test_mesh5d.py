@@ -7,6 +7,7 @@ a brute-force minimum over every valid config that fits.
 """
 
 import ast
+import dataclasses
 import importlib.util
 import itertools
 import math
@@ -79,10 +80,13 @@ def test_ep_is_folded_into_the_expert_data_parallel_size(mesh):
     # 48 GPUs, pp 2, 4 experts groups of expert-TP 3: expert dp = 48 / (3*4*2) = 2, whatever the dense tp/cp are
     assert mesh.expert_sizes(48, 2, 4, 3) == {"tp": 3, "cp": 1, "ep": 4, "dp": 2, "pp": 2}
     assert mesh.expert_sizes(64, 2, 8, 1) == {"tp": 1, "cp": 1, "ep": 8, "dp": 4, "pp": 2}
-    with pytest.raises(ValueError):
-        mesh.dense_sizes(40, 3, 1, 2)
-    with pytest.raises(ValueError):
-        mesh.expert_sizes(40, 1, 3, 1)
+    # every factor is checked: each case below divides by all but one of them
+    for world, tp, cp, pp in [(40, 3, 1, 2), (8, 3, 1, 1), (8, 1, 3, 1), (8, 1, 1, 3), (12, 2, 2, 2)]:
+        with pytest.raises(ValueError):
+            mesh.dense_sizes(world, tp, cp, pp)
+    for world, pp, ep, etp in [(40, 1, 3, 1), (8, 1, 1, 3), (8, 3, 1, 1), (12, 1, 2, 8), (12, 2, 2, 2)]:
+        with pytest.raises(ValueError):
+            mesh.expert_sizes(world, pp, ep, etp)
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +172,9 @@ MODELS = [  # (model kwargs, cluster kwargs)
     (dict(layers=48, hidden=6144, heads=48, vocab=50000, seq=32768, global_batch=24, micro_batch=1),
      dict(n_gpus=24, gpus_per_node=4, mem_bytes=80e9, inter_bw=25e9)),
     (dict(layers=24, hidden=2048, heads=16, vocab=32000, seq=2048, global_batch=120), dict(n_gpus=12)),
+    # micro-batch 2, fewer micro-batches than stages in some configs (m < pp), a slower GPU and NVLink
+    (dict(layers=16, hidden=1024, heads=8, vocab=32000, seq=2048, global_batch=16, micro_batch=2),
+     dict(n_gpus=16, flops=500e12, intra_bw=300e9)),
 ]
 
 
@@ -208,3 +215,23 @@ def test_search_picks_the_fastest_config_that_fits(mesh):
     assert saw_oom_winner  # the fixtures include a model whose fastest config does not fit
     huge = mesh.Model(layers=8, hidden=16384, heads=8, vocab=32000, seq=4096, global_batch=8)
     assert mesh.best_config(huge, mesh.Cluster(n_gpus=2, mem_bytes=40e9)) is None
+
+
+def test_search_exact_fit_and_layout_order(mesh):
+    """A config that needs exactly the HBM fits (<=); the search prices groups under the order it is given."""
+    (model, cl), (model1, cl1) = problems(mesh)[:2]
+    configs = mesh.valid_configs(model, cl)
+    by_time = sorted(configs, key=lambda c: ref_time(model, c, cl))
+    twin = dataclasses.replace(by_time[0], zero1=True)  # same time as the fastest, less memory
+    assert twin in configs and ref_time(model, by_time[2], cl) > ref_time(model, twin, cl) * (1 + 1e-9)
+    exact = dataclasses.replace(cl, mem_bytes=mesh.memory_per_gpu(model, twin))  # the learner's own number
+    assert mesh.best_config(model, exact) == twin, "a config that exactly fills the HBM must count as fitting"
+    for (mo, clu), order in [((model, cl), "tp-cp-ep-pp-dp"), ((model1, cl1), "pp-dp-cp-tp")]:
+        fits = [c for c in mesh.valid_configs(mo, clu) if ref_memory(mo, c) <= clu.mem_bytes]
+        want = min(ref_time(mo, c, clu, order) for c in fits)
+        default_best = min(fits, key=lambda c: ref_time(mo, c, clu))
+        assert ref_time(mo, default_best, clu, order) > want * (1 + 1e-9)  # the order changes the answer
+        best = mesh.best_config(mo, clu, order)
+        assert best in fits, f"{mo} under {order}: returned {best}"
+        assert math.isclose(ref_time(mo, best, clu, order), want, rel_tol=1e-12), \
+            f"{mo} under order {order}: {best} is not the fastest (was it priced under the default order?)"
