@@ -97,8 +97,10 @@ def hop_type(topo: Topology, a: str, b: str, link: Link) -> str:
 
 
 def find_path(topo: Topology, src: str, dst: str) -> Path:
-    """The path NCCL keeps from src to dst: fewest hops, ties broken by the larger bottleneck bandwidth;
-    only PCIe switches and CPUs may be intermediate nodes. Raises ValueError when dst is unreachable."""
+    """The path NCCL keeps from src to dst: fewest hops, ties broken by the larger bottleneck bandwidth, then
+    by the nearer path type, then by the predecessor node whose name sorts first (decided per node, at the BFS
+    level where it is first reached); only PCIe switches and CPUs may be intermediate nodes.
+    Raises ValueError when dst is unreachable."""
     if src == dst:
         return Path("LOC", float("inf"), (src,))
     ### HINT: breadth-first by hop count; keep, per node, the best (bw, type, nodes) found at its level
@@ -106,7 +108,7 @@ def find_path(topo: Topology, src: str, dst: str) -> Path:
     best: dict[str, Path] = {src: Path("LOC", float("inf"), (src,))}
     frontier = [src]
     while frontier and dst not in best:
-        level: dict[str, Path] = {}
+        level: dict[str, tuple[tuple, Path]] = {}
         for n in frontier:
             if n != src and topo.kinds[n] not in ("PCI", "CPU"):
                 continue  # GPUs and NICs do not forward
@@ -116,9 +118,10 @@ def find_path(topo: Topology, src: str, dst: str) -> Path:
                     continue
                 t = max(p.type, hop_type(topo, n, m, lk), key=LEVEL.__getitem__)
                 cand = Path(t, min(p.bw, lk.bw), p.nodes + (m,))
-                if m not in level or cand.bw > level[m].bw:
-                    level[m] = cand
-        best.update(level)
+                key = (-cand.bw, LEVEL[cand.type], n)  # larger bw, then nearer type, then first-named predecessor
+                if m not in level or key < level[m][0]:
+                    level[m] = (key, cand)
+        best.update({m: cand for m, (_, cand) in level.items()})
         frontier = list(level)
     if dst not in best:
         raise ValueError(f"no path {src} -> {dst}")
@@ -144,7 +147,8 @@ def nic_plan(topo: Topology, gpu: str, nic: str, gdr_level: str = DEFAULT_GDR_LE
 
 def best_nic(topo: Topology, gpu: str, gdr_level: str = DEFAULT_GDR_LEVEL) -> Plan:
     """The NIC `gpu` should use: the largest bandwidth; ties go to GDR over a bounce, then to the
-    nearer path type, then to the NIC that sorts first by name."""
+    nearer path type, then to the NIC that sorts first by name. Raises ValueError when the topology has no
+    NIC (and, like find_path, when a NIC cannot be reached)."""
     ### BEGIN SOLUTION
     plans = [nic_plan(topo, gpu, nic, gdr_level) for nic in topo.of_kind("NIC")]
     return min(plans, key=lambda p: (-p.bw, not p.gdr, LEVEL[p.path_type], p.nic))

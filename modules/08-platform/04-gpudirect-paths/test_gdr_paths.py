@@ -167,6 +167,40 @@ def test_cross_socket_bounce_is_limited_by_the_socket_link_and_dram(m):
     assert as_tuple(m.best_nic(t, "gpu0")) == ("nicB", False, "PHB", 20.0, 2.0)
 
 
+def tie_topology():
+    """A graph with a cycle: gpu0 -> nic0 in 3 hops three ways, all at 64 GB/s: through the root complex (PHB)
+    or through swY or swZ (switch to switch: PXB). The nearer type wins, then the predecessor named first."""
+    kinds = {"cpu0": "CPU", "sw0": "PCI", "swY": "PCI", "swZ": "PCI", "gpu0": "GPU", "nic0": "NIC"}
+    links = [("cpu0", "sw0", "PCI", PCIE5_X16), ("sw0", "gpu0", "PCI", PCIE5_X16), ("cpu0", "nic0", "PCI", PCIE5_X16),
+             ("sw0", "swZ", "PCI", PCIE5_X16), ("swZ", "nic0", "PCI", PCIE5_X16),
+             ("sw0", "swY", "PCI", PCIE5_X16), ("swY", "nic0", "PCI", PCIE5_X16)]
+    return kinds, links, {"nic0": NIC400}, {"cpu0": 300.0}
+
+
+def test_ties_unreachable_and_no_nic(m):
+    kinds, links, nic_bw, mem_bw = tie_topology()
+    for order in (links, links[::-1], links[3:] + links[:3]):
+        t = build(m, kinds, order, nic_bw, mem_bw)
+        p = m.find_path(t, "gpu0", "nic0")
+        assert (p.type, p.bw, p.nodes) == ("PXB", 64.0, ("gpu0", "sw0", "swY", "nic0")), \
+            f"equal hops and bandwidth: keep the nearer type, then the predecessor named first; got {p}"
+        assert as_tuple(m.best_nic(t, "gpu0")) == ("nic0", True, "PXB", NIC400, 0.0)
+    # nicX hangs only off a GPU (GPUs do not forward), nicQ off nothing at all
+    kinds = {"cpu0": "CPU", "sw0": "PCI", "gpu0": "GPU", "gpu1": "GPU", "nicX": "NIC", "nicQ": "NIC"}
+    links = [("cpu0", "sw0", "PCI", PCIE5_X16), ("sw0", "gpu0", "PCI", PCIE5_X16), ("sw0", "gpu1", "PCI", PCIE5_X16),
+             ("gpu1", "nicX", "PCI", PCIE5_X16)]
+    t = build(m, kinds, links, {"nicX": NIC400, "nicQ": NIC400}, {"cpu0": 300.0})
+    for dst in ("nicX", "nicQ"):
+        with pytest.raises(ValueError):
+            m.find_path(t, "gpu0", dst)
+    with pytest.raises(ValueError):
+        m.best_nic(t, "gpu0")
+    kinds = {"cpu0": "CPU", "sw0": "PCI", "gpu0": "GPU"}
+    t = build(m, kinds, [("cpu0", "sw0", "PCI", PCIE5_X16), ("sw0", "gpu0", "PCI", PCIE5_X16)], {}, {"cpu0": 300.0})
+    with pytest.raises(ValueError):
+        m.best_nic(t, "gpu0")  # no NIC at all: an error, not None
+
+
 # ---------- random trees against the reference ----------
 def random_topology(rng):
     kinds = {"cpu0": "CPU", "cpu1": "CPU"}
