@@ -99,6 +99,11 @@ def test_fsync_rename_and_gc_order(lesson, tmp_path, monkeypatch):
     m = lesson.load("tiered_ckpt.py")
     rec = Recorder(monkeypatch)
     w = m.CheckpointWriter(tmp_path / "local", tmp_path / "remote", keep=2)
+    for tier in (tmp_path / "local", tmp_path / "remote"):  # leftovers of crashed attempts: no manifest
+        for left in ("step_00000002", "step_00000005"):
+            (tier / left).mkdir(parents=True)
+            (tier / left / "model.bin").write_bytes(b"half a file")
+        (tier / "step_00000005" / "MANIFEST.json.tmp").write_bytes(b"{")
     for step in (3, 4, 7, 8):
         start = len(rec.events)
         w.save(step, {k: bytearray(v) for k, v in make_state(step).items()})
@@ -107,7 +112,7 @@ def test_fsync_rename_and_gc_order(lesson, tmp_path, monkeypatch):
             check_order(rec.events[start:], tier, step, f"{tier.name} step {step}")
     for tier in (tmp_path / "local", tmp_path / "remote"):
         assert sorted(p.name for p in tier.iterdir()) == ["step_00000007", "step_00000008"], \
-            f"{tier.name}: keep=2 must leave exactly the two newest steps"
+            f"{tier.name}: keep=2 must leave exactly the two newest steps (and no manifest-less leftovers older than them)"
         got = m.load_latest(tier)
         assert got == (8, make_state(8))
 
