@@ -61,9 +61,12 @@ def level_order(job) -> list:
 def random_job(m, rng, free_total):
     gpus = rng.choice([1, 2, 4, 8])
     n = rng.randint(1, 4)
-    if rng.random() < 0.5:
+    u = rng.random()
+    if u < 0.4:
         return m.Job(n, gpus, required=rng.choice(LEVELS))
-    return m.Job(n, gpus, preferred=rng.choice(LEVELS))
+    if u < 0.8:
+        return m.Job(n, gpus, preferred=rng.choice(LEVELS))
+    return m.Job(n, gpus)  # neither: preferred defaults to "node"
 
 
 @pytest.mark.points(1)
@@ -224,3 +227,10 @@ def test_permit_never_binds_a_partial_gang(lesson):
     assert cs.permit("a", "a-0") == [] and cs.permit("a", "a-1") == []
     assert sorted(cs.permit("a", "a-2")) == ["a-0", "a-1", "a-2"], "the third pod completes the quorum of 3"
     assert cs.permit("a", "a-3") == ["a-3"], "after the quorum, later pods of the group bind at once"
+    assert cs.reject("a") == [], "a group that reached its quorum has no waiting pods to unreserve"
+    assert cs.permit("a", "a-4") == ["a-4"], "a rejection does not make a running gang wait for a second quorum"
+    cs = m.Coscheduler({"b": 2})
+    assert cs.permit("b", "b-0") == [] and cs.reject("b") == ["b-0"]
+    assert cs.permit("b", "b-1") == [], "b-0 was unreserved: it no longer counts toward the quorum"
+    assert sorted(cs.permit("b", "b-2")) == ["b-1", "b-2"]
+    assert cs.reject("b") == [] and cs.reject("nobody") == []
