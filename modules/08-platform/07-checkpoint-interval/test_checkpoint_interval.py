@@ -77,8 +77,11 @@ def test_simulation_matches_daly_exact_expected_time(ci):
         assert abs(x.mean() - want) <= 4 * se, (
             f"{where}: simulated mean {x.mean():.4f} h, Daly's exact expectation {want:.4f} h, "
             f"difference {(x.mean() - want) / se:.1f} standard errors (SE {se:.4f} h)")
-    x = np.asarray(ci.simulate_wall_time(23.5, 2.0, 0.1, 0.3, 1e12, 50, np.random.default_rng(1)))
-    assert np.allclose(x, 23.5 + 12 * 0.1, rtol=0, atol=1e-6), f"no failures: every run takes 24.7 h, got {x[:5]}"
+    raw = ci.simulate_wall_time(23.5, 2.0, 0.1, 0.3, 1e12, 50, np.random.default_rng(1))
+    assert isinstance(raw, np.ndarray) and raw.dtype == np.float64, \
+        f"simulate_wall_time must return a float64 array, got {type(raw).__name__} {getattr(raw, 'dtype', '')}"
+    x = np.asarray(raw)
+    assert np.allclose(x, 23.5 + 12 * 0.1, rtol=1e-12, atol=0), f"no failures: every run takes 24.7 h, got {x[:5]}"
     a = ci.simulate_wall_time(20.0, 1.0, 0.1, 0.2, 2.0, 300, np.random.default_rng(7))
     b = ci.simulate_wall_time(20.0, 1.0, 0.1, 0.2, 2.0, 300, np.random.default_rng(7))
     c = ci.simulate_wall_time(20.0, 1.0, 0.1, 0.2, 2.0, 300, np.random.default_rng(8))
