@@ -7,8 +7,9 @@ Contract (the tests check all of it):
   (1 token) are the same thing to it.
 - RUNNING requests first, in `running` order. Before a request gets n tokens it must hold
   ceil((num_computed + n) / block_size) KV blocks; the missing ones come from the pool. If the pool is short,
-  preempt the LAST request of `running` (free all its blocks, num_computed = 0, put it at the FRONT of
-  `waiting`) and retry; if that was the request itself, stop scheduling running requests.
+  preempt the LAST request of `running` (free all its blocks, num_computed = 0, num_preemptions += 1, put it
+  at the FRONT of `waiting`) and retry; if that was the request itself, stop scheduling running requests.
+  Stop as soon as the budget is used up: a request that would get 0 tokens is not scheduled.
 - Then WAITING requests, in `waiting` order, only if nothing was preempted this step: stop at the first one
   that does not get its blocks, when the budget is used up, or when `running` holds `max_num_seqs`. An
   admitted request moves to the end of `running`.

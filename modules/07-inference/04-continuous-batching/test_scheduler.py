@@ -48,7 +48,8 @@ def state(s):
     reqs = list(s.running) + list(s.waiting)
     return dict(running=[r.rid for r in s.running], waiting=[r.rid for r in s.waiting],
                 comp={r.rid: r.num_computed for r in reqs}, ntok={r.rid: r.num_tokens for r in reqs},
-                blocks={r.rid: r.num_blocks for r in reqs}, free=s.pool.num_free)
+                blocks={r.rid: r.num_blocks for r in reqs}, npre={r.rid: r.num_preemptions for r in reqs},
+                free=s.pool.num_free)
 
 
 def drive(sc, cfg, reqs, max_steps=3000):
@@ -84,6 +85,18 @@ def where(cfg, rec):
 
 @pytest.mark.points(1)
 def test_budget_and_blocks_hold_every_step(sc):
+    # budget used up in the middle of `running` (two chunked prefills, as after a budget change or with vLLM's
+    # long_prefill_token_threshold): the second request gets 0 tokens, so it is not scheduled at all; the pool
+    # has exactly the 2 blocks the first one needs (exact fit: no preemption)
+    s = sc.Scheduler(4, 4, 8, 4)
+    a, b = sc.Request(0, 20, 2, num_computed=4, num_blocks=1), sc.Request(1, 20, 2, num_computed=4, num_blocks=1)
+    s.running = [a, b]
+    s.pool.take(2)
+    out = s.schedule()
+    assert (dict(out.num_scheduled), out.preempted) == ({0: 8}, []), (
+        f"scheduled {dict(out.num_scheduled)}, preempted {out.preempted}; expected {{0: 8}} and no preemption "
+        "(a request that gets 0 tokens is not scheduled; 2 free blocks are exactly enough)")
+    assert (a.num_computed, a.num_blocks, b.num_computed, b.num_blocks, s.pool.num_free) == (12, 3, 4, 1, 0)
     for cfg, _, (trace, _) in all_traces(sc):
         num_blocks, bs, budget, max_seqs = cfg
         for rec in trace:
@@ -156,6 +169,9 @@ def test_preemption_takes_the_newest_running_request(sc):
                     f"preempted {rid}, the newest running request was {order[-1:]}: {where(cfg, rec)}")
                 order.pop()
                 seen += 1
+            for rid, n in rec["before"]["npre"].items():
+                assert rec["after"]["npre"][rid] == n + rec["preempted"].count(rid), (
+                    f"request {rid}: num_preemptions {n} -> {rec['after']['npre'][rid]}: {where(cfg, rec)}")
             if rec["preempted"]:
                 assert not [rid for rid in rec["out"] if rid not in rec["before"]["running"]], (
                     f"admitted a waiting request in a step that preempted: {where(cfg, rec)}")
