@@ -85,6 +85,10 @@ def test_shards_follow_the_megatron_layout(lesson):
             for name, w in want.items():
                 assert got[name].shape == w.shape and torch.equal(got[name].detach(), w), \
                     f"t={world}, rank {rank}: {name} is not this rank's shard (shape {tuple(got[name].shape)}, want {tuple(w.shape)})"
+            full = {p.untyped_storage().data_ptr() for m in ref.values() for p in m.parameters()}
+            shared = [n for n, p in got.items() if p.untyped_storage().data_ptr() in full]
+            assert not shared, (f"t={world}, rank {rank}: {shared} share memory with the full model's parameters "
+                                f"(an alias, not a copy: training the TP layer would change the full model)")
 
 
 def _rank(rank, world, tp, seeds):
@@ -105,6 +109,15 @@ def _rank(rank, world, tp, seeds):
             grads = {f"{b}.{n}": p.grad for b in CASES[case] for n, p in blocks[b].named_parameters()}
             events = [(e.op, e.numel, e.phase) for e in log.events[first:] if not isinstance(e, tuple)]
             results[case] = (y.detach(), x.grad, grads, events)
+    # f and g called directly: neither may write into the tensor it was handed (README hints)
+    g = torch.Generator().manual_seed(100 + rank)
+    partial = torch.randn(B, S, H, generator=g, dtype=torch.float64)
+    grad = torch.randn(B, S, H, generator=g, dtype=torch.float64)
+    x = torch.randn(B, S, H, generator=g, dtype=torch.float64, requires_grad=True)
+    partial0, grad0 = partial.clone(), grad.clone()
+    tp.ReduceFromTensorParallel.apply(partial)
+    tp.CopyToTensorParallel.apply(x).backward(grad)
+    results["untouched"] = (torch.equal(partial, partial0), torch.equal(grad, grad0))
     return results
 
 
@@ -114,6 +127,14 @@ SEEDS = {"mlp": 11, "attn": 12, "layer": 13}
 def run_drill(lesson, world):
     """One Ray run per (learner source, world size), shared by the tests that grade it."""
     return drill_once(lesson, "tp.py", _rank, world, SEEDS, timeout=60)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_f_and_g_leave_their_arguments_alone(lesson, ray_cluster, world):
+    for rank, res in enumerate(run_drill(lesson, world)):
+        forward_input, backward_grad = res["untouched"]
+        assert forward_input, f"t={world}, rank {rank}: g's forward wrote into the partial sum it was given"
+        assert backward_grad, f"t={world}, rank {rank}: f's backward wrote into the gradient it was given"
 
 
 @pytest.mark.parametrize("world", [2, 4])
