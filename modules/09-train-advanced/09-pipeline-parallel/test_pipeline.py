@@ -229,6 +229,13 @@ def test_simulate_rejects_a_deadlocking_order(lesson):
            [("F", 1, 0), ("F", 0, 0), ("B", 0, 0), ("B", 1, 0)]]
     # a backward listed before its own forward on the last rank
     early_b = [[("F", 0, 0), ("B", 0, 0)], [("B", 0, 0), ("F", 0, 0)]]
-    for bad in (cyc, early_b):
+    # an op listed twice on one rank (nothing deadlocks if it simply runs again)
+    twice_f = [[("F", 0, 0), ("F", 0, 0), ("B", 0, 0)], [("F", 0, 0), ("B", 0, 0)]]
+    twice_b = [[("F", 0, 0), ("B", 0, 0)], [("F", 0, 0), ("B", 0, 0), ("B", 0, 0)]]
+    # rank 1 runs microbatch 1, whose forward on rank 0 is in no list
+    missing = [[("F", 0, 0), ("B", 0, 0)], [("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 1, 0)]]
+    for name, bad in [("cycle", cyc), ("B before F", early_b), ("F twice", twice_f), ("B twice", twice_b),
+                      ("missing dependency", missing)]:
         with pytest.raises(ValueError):
             pl.simulate(bad, 1, one, one)
+            pytest.fail(f"simulate accepted a bad schedule ({name})")
