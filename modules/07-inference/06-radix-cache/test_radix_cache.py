@@ -45,7 +45,9 @@ class Shadow:
 
     def match(self, key):
         h = self.lcp(key)
+        n_before = count_nodes(self.cache)
         slots, node = self.cache.match_prefix(list(key))
+        check_stamps(self.cache, node, split=count_nodes(self.cache) == n_before + 1)
         want = [self.slot_of[tuple(key[:j])] for j in range(1, h + 1)]
         assert len(slots) == h, f"match_prefix({key}) hits {len(slots)} tokens, brute-force LCP is {h}"
         assert list(slots) == want, f"match_prefix({key}) returns slots {slots}, cached ones are {want}"
@@ -72,7 +74,7 @@ class Shadow:
         total = sum(sizes)
         if n <= evictable:
             assert total >= n, f"evict({n}) freed only {total} tokens with {evictable} evictable"
-            assert total - sizes[-1] < n, f"evict({n}) freed {total} tokens: it went on after reaching {n}"
+            assert not sizes or total - sizes[-1] < n, f"evict({n}) freed {total} tokens: it went on after reaching {n}"
         else:
             assert total == evictable, f"evict({n}) with {evictable} evictable freed {total}"
         gone = set(freed)
@@ -89,6 +91,35 @@ class Shadow:
         assert c.protected_size == prot, f"protected_size {c.protected_size}, locked paths cover {prot} tokens"
         assert c.evictable_size == len(self.slot_of) - prot, (
             f"evictable_size {c.evictable_size}, expected {len(self.slot_of) - prot}")
+
+
+def count_nodes(cache):
+    n, stack = 0, [cache.root]
+    while stack:
+        node = stack.pop()
+        n += 1
+        stack.extend(node.children.values())
+    return n
+
+
+def check_stamps(cache, node, split):
+    """After match_prefix: every node on the returned path (and the lower half of a split) carries this call's
+    tick, the newest in the tree (one tick per call)."""
+    newest, stack = None, list(cache.root.children.values())
+    while stack:
+        n = stack.pop()
+        newest = n.last_access if newest is None or n.last_access > newest else newest
+        stack.extend(n.children.values())
+    path = []
+    while node.parent is not None:
+        path.append(node)
+        node = node.parent
+    if split:
+        path.append(next(iter(path[0].children.values())))  # the old child, now the lower half
+    ticks = [n.last_access for n in path]
+    assert all(t == newest for t in ticks), (
+        f"match_prefix stamped its path with ticks {ticks} (from the end of the match up; the lower half of a split "
+        f"last), the call's tick is {newest}: every node on the path, both halves of a split, gets the same new tick")
 
 
 def spelled(node):
@@ -168,7 +199,7 @@ def run_workload(rc, seed, steps, lock_prob):
         elif r < 0.6 + 2 * lock_prob and sh.locks:
             sh.unlock(rng.randrange(len(sh.locks)))
         else:
-            sh.evict(rng.choice([1, 2, 5, 13, 40, 400]))
+            sh.evict(rng.choice([0, 1, 2, 5, 13, 40, 400]))
         sh.check()
     return sh
 
@@ -224,6 +255,8 @@ def test_eviction_is_lru_and_cascades_to_parents(rc):
     for i in (3, 0, 2, 1):                    # ticks 6..9: seq 4, 1, 3, 2; each edge is split after 3 tokens
         sh.match(seqs[i][:3])                 # both halves are stamped, [99, 98] below them is not
     sh.lock(seqs[0][:2])                      # tick 10 on [1, 10] and its lower half [11]
+    sh.check()
+    sh.evict(0)                               # nothing asked: nothing freed
     sh.check()
     sh.evict(1)                               # the oldest leaf is [99, 98] (tick 5), 2 tokens: stop
     assert (3, 30, 31, 32, 33, 99) not in sh.slot_of and (3, 30, 31, 32, 33) in sh.slot_of
