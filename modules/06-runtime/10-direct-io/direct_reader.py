@@ -11,8 +11,10 @@ Contract:
                                        #   gets a plain buffered fd and direct=False ("compatibility mode")
     n = read_into(fd, direct, dest, offset)   # file bytes [offset, offset + len(dest)) into dest, any alignment;
                                                #   returns the bytes copied (fewer at end of file)
-    data = read_file(path, chunk, inflight)   # the whole file, read in `chunk`-byte pieces, at most `inflight`
-                                               #   preadv calls at once; returns a writable view of exactly the size
+    data = read_file(path, chunk, inflight)   # the whole file, read in `chunk`-byte pieces, exactly
+                                               #   min(inflight, chunks not yet read) preadv calls in flight (a new
+                                               #   read starts as soon as one ends, never more than `inflight`);
+                                               #   returns a writable view of exactly the size
 
 Rules the tests check: every read goes through os.preadv; every preadv on an O_DIRECT fd has an aligned buffer
 address, offset and length (never rely on EINVAL: tmpfs accepts misaligned O_DIRECT reads silently); a request
@@ -95,7 +97,7 @@ def read_into(fd: int, direct: bool, dest, offset: int) -> int:
 
 
 def read_file(path: str | os.PathLike, chunk: int = 1 << 20, inflight: int = 4) -> memoryview:
-    """The whole file as a writable view of exactly its size; at most `inflight` reads of `chunk` bytes at once."""
+    """The whole file as a writable view of exactly its size; min(inflight, chunks left) reads of `chunk` bytes in flight."""
     if chunk <= 0 or chunk % ALIGN or inflight < 1:
         raise ValueError(f"chunk must be a positive multiple of {ALIGN} and inflight >= 1")
     fd, direct = open_direct(path)

@@ -4,7 +4,7 @@ Oracle: the same bytes read back through a plain buffered `open(...).read()`. Ev
 (a spy wraps os.preadv): on an O_DIRECT fd its buffer address, offset and length must be multiples of 4096
 whatever the filesystem does with a misaligned request (ext4/XFS: EINVAL; tmpfs since Linux 6.6: silently
 served from the page cache), the reads must go where the contract says (straight into `dest`, into the buffer
-read_file returns) and at most / at least `inflight` of them must be in flight.
+read_file returns) and exactly min(inflight, chunks not yet read) of them must be in flight.
 
 The files live in a directory whose filesystem supports O_DIRECT (pytest's tmp_path, else a scratch folder
 inside the lesson); when neither does, the tests that need O_DIRECT are skipped with a NEEDS message.
@@ -87,8 +87,8 @@ class PreadvSpy:
     """Wraps os.preadv: records calls, checks O_DIRECT alignment, counts reads in flight."""
 
     def __init__(self, dr, delay=0.0):
-        self.dr, self.delay, self.real = dr, delay, os.preadv
-        self.calls, self.violations = [], []
+        self.dr, self.delay, self.real = dr, delay, os.preadv  # delay: seconds, or a function of the offset
+        self.calls, self.violations, self.finished = [], [], []
         self.lock, self.active, self.max_active = threading.Lock(), 0, 0
 
     def __call__(self, fd, buffers, offset, *args):
@@ -103,12 +103,14 @@ class PreadvSpy:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
         try:
-            if self.delay:
-                time.sleep(self.delay)
+            delay = self.delay(offset) if callable(self.delay) else self.delay  # a function may also block
+            if delay:
+                time.sleep(delay)
             return self.real(fd, buffers, offset, *args)
         finally:
             with self.lock:
                 self.active -= 1
+                self.finished.append(offset)
 
     def check_aligned(self, what):
         assert not self.violations, (f"{what}: misaligned read on an O_DIRECT fd (ext4/XFS answer EINVAL): "
@@ -132,6 +134,45 @@ def test_aligned_buffer(dr):
         if n:
             assert dr.address_of(b) % ALIGN == 0, f"aligned_buffer({n}) starts at {dr.address_of(b):#x}"
             mv.cast("B")[-1] = 7  # every byte is writable
+
+
+@pytest.mark.points(0.5)
+def test_compat_mode_when_o_direct_is_refused(dr, tmp_path, monkeypatch):
+    """A filesystem without O_DIRECT (tmpfs before Linux 6.6) answers EINVAL at open: fall back, like cuFile's
+    compatibility mode; other errors are not swallowed."""
+    rng = random.Random(1014)
+    p = make_file(tmp_path, 70001, rng)
+    real_open = os.open
+
+    def refusing_open(path, flags, *args, **kw):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument", str(path))
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    fd, direct = dr.open_direct(p)
+    try:
+        assert direct is False, "open_direct must report direct=False after falling back"
+        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT
+        dest = bytearray(1000)
+        spy = PreadvSpy(dr)
+        monkeypatch.setattr(os, "preadv", spy)
+        assert dr.read_into(fd, direct, memoryview(dest)[1:], 3) == 999 and bytes(dest[1:]) == buffered(p)[3:1002]
+        assert [span for _, spans, _ in spy.calls for span in spans] == [(dr.address_of(dest) + 1, 999)], (
+            "on a buffered fd (compatibility mode) any request is one preadv straight into dest: the page cache "
+            "has no alignment rule, a bounce buffer there is only an extra copy")
+    finally:
+        os.close(fd)
+    assert bytes(dr.read_file(p, 8 * KiB, 3)) == buffered(p)
+    with pytest.raises(FileNotFoundError):
+        dr.open_direct(tmp_path / "missing.bin")
+
+    def eacces_open(path, flags, *args, **kw):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "open", eacces_open)
+    with pytest.raises(PermissionError):
+        dr.open_direct(p)
 
 
 @pytest.mark.points(1)
@@ -235,40 +276,27 @@ def test_reads_overlap_k_in_flight(dr, dio_dir, monkeypatch):
             f"inflight={k}: at most {s.max_active} reads overlapped; the reads must be issued concurrently "
             f"(a pool of {k} workers keeps {min(k, 12)} in flight)")
         s.check_aligned(f"read_file(inflight={k})")
+    # the queue is kept full: when a read finishes the next chunk starts at once, it does not wait for the rest of
+    # a "batch". The read of chunk 0 is held until the 11 other chunks are read (by the two other workers), at
+    # most 5 s: reads issued in batches of `inflight` never start them while chunk 0 is in flight.
+    def hold_chunk_0(offset):
+        deadline = time.monotonic() + 5.0
+        while offset == 0 and time.monotonic() < deadline:
+            with s.lock:
+                if len(s.finished) >= 11:
+                    return 0.0
+            time.sleep(0.002)
+        return 0.0
 
-
-@pytest.mark.points(0.5)
-def test_compat_mode_when_o_direct_is_refused(dr, tmp_path, monkeypatch):
-    """A filesystem without O_DIRECT (tmpfs before Linux 6.6) answers EINVAL at open: fall back, like cuFile's
-    compatibility mode; other errors are not swallowed."""
-    rng = random.Random(1014)
-    p = make_file(tmp_path, 70001, rng)
-    real_open = os.open
-
-    def refusing_open(path, flags, *args, **kw):
-        if flags & os.O_DIRECT:
-            raise OSError(errno.EINVAL, "Invalid argument", str(path))
-        return real_open(path, flags, *args, **kw)
-
-    monkeypatch.setattr(os, "open", refusing_open)
-    fd, direct = dr.open_direct(p)
-    try:
-        assert direct is False, "open_direct must report direct=False after falling back"
-        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT
-        dest = bytearray(1000)
-        assert dr.read_into(fd, direct, memoryview(dest)[1:], 3) == 999 and bytes(dest[1:]) == buffered(p)[3:1002]
-    finally:
-        os.close(fd)
-    assert bytes(dr.read_file(p, 8 * KiB, 3)) == buffered(p)
-    with pytest.raises(FileNotFoundError):
-        dr.open_direct(tmp_path / "missing.bin")
-
-    def eacces_open(path, flags, *args, **kw):
-        raise PermissionError(errno.EACCES, "Permission denied", str(path))
-
-    monkeypatch.setattr(os, "open", eacces_open)
-    with pytest.raises(PermissionError):
-        dr.open_direct(p)
+    s = PreadvSpy(dr, delay=hold_chunk_0)
+    monkeypatch.setattr(os, "preadv", s)
+    got = dr.read_file(p, 64 * KiB, 3)
+    assert bytes(got) == want
+    before_slow = s.finished[:s.finished.index(0)] if 0 in s.finished else s.finished
+    assert len(before_slow) == 11, (
+        f"inflight=3, the read of chunk 0 is held: only {len(before_slow)} of the 11 other chunks were read "
+        "while it was in flight (5 s); a new read must start as soon as one finishes (reads issued in batches of "
+        "`inflight` that wait for the whole batch leave the queue draining)")
 
 
 @pytest.mark.points(0.5)
