@@ -357,7 +357,8 @@ def test_insert_builds_the_hash_table(lesson):
     """voxel_insert alone: the table holds each in-range voxel key exactly once with its point count, every kept
     point's slot holds its key and the ranks in a voxel are 0 .. count-1; dropped points (outside the range, on
     the max face, just below the min face, NaN / inf / 1e30) get -1. Reverse and random thread order; tables
-    filled to 100% (64 voxels in 64 slots) and ~80% (100 in 128), where probe sequences wrap around the end."""
+    filled to 100% (1 voxel in 1 slot, 2 in 2, 64 in 64) and ~80% (100 in 128), where probe sequences wrap
+    around the end (a probe loop that stops before the capacity-th slot loses the voxel of a 1-slot table)."""
     rng = np.random.default_rng(1601)
     for order in ("rev", "rand"):
         mod = _load(lesson, order=order)
@@ -365,7 +366,8 @@ def test_insert_builds_the_hash_table(lesson):
             pts, g, ref, cap, _maxv, _maxp, block, what = _case(rng, case)
             keys, counts, slot, rank = _insert(mod, pts, g, cap, block)
             _check_table(pts, g, ref, keys, counts, slot, rank, f"{what}, {order} order")
-        for V, cap, block in ((64, 64, 32), (100, 128, 64)):
+        # exact fit: a table of 1 slot for 1 voxel (whatever the hash, its probe sequence has one slot), 2 for 2
+        for V, cap, block in ((1, 1, 32), (2, 2, 32), (64, 64, 32), (100, 128, 64)):
             pts = _exact_voxels(rng, G_TALL, V, 4)
             ref = _reference(pts, G_TALL)
             assert ref["V"] == V
