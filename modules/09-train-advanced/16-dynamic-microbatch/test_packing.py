@@ -54,7 +54,9 @@ SMALL += [([_rng.randint(1, 20) for _ in range(_rng.randint(1, 11))], 20) for _ 
 def test_packs_fit_budget_and_are_near_optimal(lesson):
     pk = lesson.load("packing.py")
     for lengths, budget in SMALL:
-        packs = pk.pack_sequences(list(lengths), budget)
+        arg = list(lengths)
+        packs = pk.pack_sequences(arg, budget)
+        assert arg == lengths, "pack_sequences modified the caller's list"
         _check_partition(packs, len(lengths))
         assert all(sum(lengths[i] for i in p) <= budget for p in packs), "a pack exceeds the budget"
         opt = _opt_bins(lengths, budget)
@@ -116,8 +118,9 @@ def _attend(q, k, v, keep):
     return torch.softmax(s.masked_fill(~keep, -math.inf), dim=1) @ v
 
 
-@pytest.mark.points(2)
-@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+# Causal is the case LLM training runs (and the one a whole-pack triangle gets wrong): it weighs more.
+@pytest.mark.parametrize("causal", [pytest.param(False, id="bidirectional", marks=pytest.mark.points(1)),
+                                    pytest.param(True, id="causal", marks=pytest.mark.points(3))])
 def test_varlen_mask_equals_per_sequence_attention(lesson, causal):
     pk = lesson.load("packing.py")
     g = torch.Generator().manual_seed(5)
@@ -139,6 +142,34 @@ def test_varlen_mask_equals_per_sequence_attention(lesson, causal):
                                        msg=f"sequence [{a}, {b}) of {lengths}")
 
 
+@pytest.mark.points(3)
+def test_packed_causal_layer_equals_per_sequence_layer(lesson):
+    """The taught path end to end: build_packed_batch + varlen_mask(causal=True) feed one attention
+    layer with token and absolute-position embeddings; each sequence's rows must equal the layer run on
+    that sequence alone (positions from 0). Leaks across sequences, wrong positions or a reordered
+    pack all change the output."""
+    pk = lesson.load("packing.py")
+    lengths = [5, 1, 8, 3, 6, 2]
+    seqs = _seqs(lengths, 2)
+    g = torch.Generator().manual_seed(8)
+    d = 6
+    vocab = int(max(t.max() for t in seqs)) + 1
+    tok_emb = torch.randn(vocab, d, generator=g, dtype=torch.float64)
+    pos_emb = torch.randn(16, d, generator=g, dtype=torch.float64)
+    wq, wk, wv = (torch.randn(d, d, generator=g, dtype=torch.float64) for _ in range(3))
+
+    def layer(x, keep):
+        return _attend(x @ wq, x @ wk, x @ wv, keep)
+
+    for pack in ([2, 0, 4, 1], [5, 3], [1, 4, 2, 5, 0, 3]):
+        tokens, cu, pos = pk.build_packed_batch(seqs, pack)
+        out = layer(tok_emb[tokens.long()] + pos_emb[pos.long()], pk.varlen_mask(cu, True))
+        want = torch.cat([layer(tok_emb[seqs[i]] + pos_emb[:lengths[i]],
+                                torch.ones(lengths[i], lengths[i], dtype=torch.bool).tril()) for i in pack])
+        assert out.shape == want.shape, f"pack {pack}: output {tuple(out.shape)}, want {tuple(want.shape)}"
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12, msg=f"pack {pack}")
+
+
 def _opt_makespan(costs, m):
     best = math.inf
     for assign in itertools.product(range(m), repeat=len(costs)):
@@ -156,14 +187,20 @@ def test_rank_assignment_is_near_optimal(lesson):
     cases = [([8, 7, 6, 5, 4], 2), ([1, 1, 1, 1, 4], 2), ([1, 1, 1, 1, 1, 1, 6], 3), ([5, 5, 4, 4, 3, 3, 3], 3)]
     cases += [([rng.choice([rng.randint(1, 10), rng.randint(30, 100)]) for _ in range(rng.randint(2, 8))],
                rng.choice([2, 3])) for _ in range(30)]
+    # costs in seconds (all below 1) and odd fractions: loads are floats, not integers
+    cases += [([c / 128 for c in costs], m) for costs, m in cases[4:14]]
+    cases += [([0.75, 0.5], 3), ([2.5], 4)]  # more ranks than micro-batches: some ranks stay empty
     for costs, m in cases:
-        ranks = pk.assign_to_ranks([float(c) for c in costs], m)
+        arg = [float(c) for c in costs]
+        ranks = pk.assign_to_ranks(arg, m)
+        assert arg == [float(c) for c in costs], "assign_to_ranks modified the caller's list"
         assert len(ranks) == m
         _check_partition(ranks, len(costs))
         makespan = max(sum(costs[i] for i in r) for r in ranks)
         opt = _opt_makespan(costs, m)
         assert makespan <= (4 / 3 - 1 / (3 * m)) * opt + 1e-9, (
             f"max rank load {makespan} for {costs} on {m} ranks; optimum {opt}")
+    assert pk.assign_to_ranks([], 3) == [[], [], []]
 
 
 @pytest.mark.points(1)
