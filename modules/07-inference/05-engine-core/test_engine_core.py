@@ -7,11 +7,16 @@ kernel's CPU accounting of the core process (/proc/<pid>/stat) for "blocks when 
 """
 
 import os
+import pickle
 import random
+import shutil
 import signal
+import tempfile
+import threading
 import time
 
 import pytest
+import zmq
 
 VOCAB = 50021
 T = 2.0  # s without output before a stream read fails: a 60-token request takes ~0.15 s here
@@ -48,6 +53,7 @@ def make_client(ec):
     for c in made:
         c.shutdown()
         assert not c.proc.is_alive() and not os.path.exists(c.dir), "shutdown left the core or its ipc dir"
+        assert not c.thread.is_alive(), "shutdown left the output thread running"
 
 
 def wait_stats(client, pred, timeout=2.0):
@@ -63,8 +69,46 @@ def prompt_of(rng, n):
     return [rng.randrange(1, VOCAB) for _ in range(n)]
 
 
+def first_step_after_burst(ec, n):
+    """An EngineCore in a thread of this process, with n ADDs already waiting on its socket when its busy loop
+    starts: the request ids of its first "outputs" message (every pending input is applied before a step)."""
+    d = tempfile.mkdtemp(prefix="infer05-test-")
+    ctx = zmq.Context()
+    router, pull = ctx.socket(zmq.ROUTER), ctx.socket(zmq.PULL)
+    router.bind(f"ipc://{d}/input")
+    pull.bind(f"ipc://{d}/output")
+    core = ec.EngineCore(f"ipc://{d}/input", f"ipc://{d}/output", 64, 0.001)
+    loop = threading.Thread(target=core.run_busy_loop, daemon=True)
+    ident = None
+    try:
+        assert router.poll(5000), "the core sent no READY"
+        ident, kind, _ = router.recv_multipart()
+        assert kind == ec.READY
+        for i in range(n):
+            router.send_multipart([ident, ec.ADD, pickle.dumps((f"b{i}", [i + 1, 2], 3))])
+        time.sleep(0.3)  # let zmq deliver all of them before the loop's first look at the socket
+        loop.start()
+        assert pull.poll(5000), "no outputs message from the core"
+        msg = pickle.loads(pull.recv())
+        return sorted(rid for rid, _, _ in msg[2]) if msg[0] == "outputs" else msg
+    finally:
+        if ident is not None:
+            router.send_multipart([ident, ec.SHUTDOWN, pickle.dumps(None)])
+        if loop.is_alive():
+            loop.join(5)
+        core.close()
+        router.close(linger=0)
+        pull.close(linger=0)
+        ctx.term()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.points(1.5)
-def test_streams_are_in_order_per_request_and_interleaved(make_client):
+def test_streams_are_in_order_per_request_and_interleaved(ec, make_client):
+    got = first_step_after_burst(ec, 5)
+    assert got == [f"b{i}" for i in range(5)], (
+        f"5 ADDs were waiting when the loop started, its first step ran {got}: apply every pending message "
+        "before each step, not one per step")
     rng = random.Random(5)
     client = make_client(num_blocks=64)
     lengths = [30, 1, 9, 2, 17, 5, 23]  # the longest first: the others must finish while it still runs
