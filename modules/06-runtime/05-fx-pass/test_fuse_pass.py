@@ -15,6 +15,9 @@ import torch.nn.functional as F
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 POSITIVE = ("linear_relu", "linear_gelu", "addmm_gelu_tanh", "mm_add_relu", "bias_first_gelu_tanh", "act_used_twice")
 NEGATIVE = ("pre_used_twice", "mm_used_twice", "row_bias", "residual", "addmm_beta", "sigmoid", "two_d_bias_addmm")
+# more forms the docstring excludes: alpha on add / addmm, a bias that is 1-D but not N long, a Python-scalar
+# addend (no FakeTensor), and add(h, b) where h is not a matmul (a scaled product)
+NEGATIVE_MORE = ("add_alpha", "addmm_alpha", "length_one_bias", "scalar_addend", "scaled_product")
 ACT_OF = {"linear_relu": "relu", "linear_gelu": "gelu", "addmm_gelu_tanh": "gelu_tanh", "mm_add_relu": "relu",
           "bias_first_gelu_tanh": "gelu_tanh", "act_used_twice": "relu"}
 
@@ -72,6 +75,16 @@ class Block(nn.Module):
             return torch.sigmoid(F.linear(x, W, b))
         if kind == "two_d_bias_addmm":  # addmm's input broadcast from [1, N]: not a 1-D bias
             return torch.relu(torch.addmm(b[None, :], x, w))
+        if kind == "add_alpha":  # add(mm, b, alpha=2) adds 2 b
+            return torch.relu(torch.add(x @ w, b, alpha=2.0))
+        if kind == "addmm_alpha":  # alpha != 1 scales the product
+            return torch.relu(torch.addmm(b, x, w, alpha=2.0))
+        if kind == "length_one_bias":  # 1-D, but one element broadcast over all N columns
+            return torch.relu(x @ w + b[:1])
+        if kind == "scalar_addend":  # a Python float: no FakeTensor, not a bias tensor
+            return torch.relu(x @ w + 0.5)
+        if kind == "scaled_product":  # add(h, b) with h = mm * per-column scale: h is not a matmul
+            return torch.relu((x @ w) * torch.sigmoid(b)[None, :] + b)
         raise ValueError(kind)
 
 
@@ -118,6 +131,53 @@ def _run(mod, kinds, M=7, seed=0, widths=None):
     # the generated code must call the fused function as often as the graph holds it
     assert gm.code.count("fused_linear_act(") == len(_fused_nodes(mod, gm)), "gm.forward does not run the edited graph"
     return gm, n
+
+
+def test_pass_recompiles_an_already_compiled_graph_module(lesson):
+    # AOTAutograd hands the backend a lazily compiled GraphModule, whose first call would pick up an edited graph
+    # even without recompile(). A GraphModule that already generated its code must run the NEW graph after the
+    # pass: gm.code calls fused_linear_act and the outputs are the model's. A second pass finds nothing more.
+    import torch.fx as fx
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    mod = lesson.load("fuse_pass.py")
+    captured, seen = [], []
+
+    def capture(gm, example_inputs):
+        captured.append(gm)
+        run = make_boxed_func(gm.forward)
+
+        def record_args(args):
+            seen.append(list(args))  # the real inputs of the graph, in placeholder order
+            return run(args)
+
+        record_args._boxed_call = True
+        return record_args
+
+    model = Chain(["linear_relu", "mm_add_relu", "sigmoid"], [5, 9, 6, 4], seed=7)
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        torch.compile(model, backend=aot_autograd(fw_compiler=capture))(x)
+        want = model(x)
+    plain = fx.GraphModule(captured[0], captured[0].graph)  # a plain GraphModule: its code is generated now
+    args = seen[0]
+    with torch.no_grad():
+        torch.testing.assert_close(plain(*args)[0], want, **TOL)
+        n = mod.fuse_linear_activation(plain)
+        assert n == len(_fused_nodes(mod, plain)) == 2, f"returned {n}, expected the 2 relu blocks"
+        assert plain.code.count("fused_linear_act(") == 2, "the graph was edited but gm.forward still runs the old code"
+        torch.testing.assert_close(plain(*args)[0], want, **TOL)
+        assert mod.fuse_linear_activation(plain) == 0, "a second pass over the rewritten graph must replace nothing"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("kind", NEGATIVE_MORE)
+def test_excluded_forms_are_left_alone(lesson, kind):
+    # alpha on add/addmm, a [1] bias, a scalar addend, a scaled product under the add: each must stay as it is
+    mod = lesson.load("fuse_pass.py")
+    gm, n = _run(mod, [kind], seed=30 + NEGATIVE_MORE.index(kind))
+    assert n == len(_fused_nodes(mod, gm)) == 0, f"{kind} must not be replaced (returned {n})"
 
 
 @pytest.mark.points(2)
