@@ -96,7 +96,9 @@ def test_shapes_and_types_are_inferred_before_compile(mod):
         got = [(str(o.get_partial_shape()), o.get_element_type()) for o in model.outputs]
         assert got == [(want, et), (want, index_type)], f"{where}: outputs {got}, expected {want} ({et}, {index_type})"
     bad = [([4, 3], ov.Type.f32, dict(k=4), "k > E"), ([4, 3], ov.Type.f32, dict(k=0), "k = 0"),
-           ([], ov.Type.f32, dict(k=1), "rank-0 logits"), ([4, 6], ov.Type.i32, dict(k=2), "integer logits")]
+           ([], ov.Type.f32, dict(k=1), "rank-0 logits"), ([4, 6], ov.Type.i32, dict(k=2), "integer logits"),
+           ([4, 6], ov.Type.f32, dict(k=2, index_type="u8"), "unknown index_type"),
+           ([9, 2, 3], ov.Type.f32, dict(k=4), "k > E with larger leading dims")]
     for shape, et, attrs, why in bad:
         with pytest.raises(Exception):  # noqa: B017  (OpenVINO wraps what the op raises)
             build(mod, shape, et, **attrs)
