@@ -135,3 +135,35 @@ def test_reads_stay_inside_the_pool(lesson, device):
     torch.testing.assert_close(out.detach().cpu().double(), _reference(q64, dense, hq, hkv, d ** -0.5), **FP32)
     assert torch.isnan(obuf[0]).all() and torch.isnan(obuf[-1]).all() and torch.isnan(obuf[:, 0]).all()
     assert torch.isnan(obuf[:, hq + 1:]).all(), "a store landed past the last query head"
+
+
+@pytest.mark.interpreter
+def test_block_offsets_past_2_31_elements(lesson, tmp_path):
+    # a pool of 2**22 + 64 blocks of 512 fp16 elements: the last blocks start past element 2**31, so
+    # phys * stride_kb must be computed in int64 (int32 wraps to a negative offset). The pool is a sparse
+    # memory-mapped file (4.3 GB of address space, only the pages written here exist); on a GPU machine this
+    # test runs in the guarded CPU interpreter like the one above.
+    mod = lesson.load("paged_attention.py")
+    bs, hkv, hq, d = 16, 1, 2, 16
+    per_block = 2 * bs * hkv * d
+    nb = 2**31 // per_block + 64
+    path = tmp_path / "pool.bin"
+    with open(path, "wb") as f:
+        f.truncate(nb * per_block * 2)
+    pool = torch.from_file(str(path), shared=True, size=nb * per_block, dtype=torch.float16).view(nb, 2, bs, hkv, d)
+    g = torch.Generator().manual_seed(6)
+    lens, blocks = [20, 5], [[nb - 3, nb - 40], [nb - 7]]
+    table = torch.zeros(2, 3, dtype=torch.int32)
+    dense = []
+    for b, n in enumerate(lens):
+        kv = torch.randn(2, n, hkv, d, generator=g, dtype=torch.float64).to(torch.float16)
+        for j, phys in enumerate(blocks[b]):
+            lo, hi = j * bs, min(n, (j + 1) * bs)
+            pool[phys, :, : hi - lo] = kv[:, lo:hi]
+            table[b, j] = phys
+        dense.append(kv.double())
+    q = torch.randn(2, hq, d, generator=g, dtype=torch.float64).to(torch.float16)
+    out = mod.paged_decode_attention(q, pool[:, 0], pool[:, 1], table, torch.tensor(lens, dtype=torch.int32),
+                                     tile_n=16)
+    ref = _reference(q.double(), dense, hq, hkv, d ** -0.5)
+    torch.testing.assert_close(out.detach().cpu().double(), ref, rtol=2e-3, atol=2e-3)
