@@ -64,34 +64,6 @@ def traces(h200, prefix):
                 yield name, cfg["PYTORCH_CUDA_ALLOC_CONF"], rec
 
 
-@pytest.mark.points(1)
-def test_single_requests_match_h200(ca, h200):
-    cases = list(traces(h200, "single_"))
-    assert len(cases) == 57
-    for name, conf, rec in cases:
-        check_trace(ca, name, conf, rec)
-
-
-@pytest.mark.points(1)
-def test_hand_traces_match_h200(ca, h200):
-    """Splitting and reuse in the small pool, a 20 MiB segment split for several requests, >= 10 MiB requests
-    with own segments, fragmentation and empty_cache."""
-    cases = [c for p in ("small_split_reuse", "large_split", "big_own_segment", "fragmentation")
-             for c in traces(h200, p)]
-    assert len(cases) == 8
-    for name, conf, rec in cases:
-        check_trace(ca, name, conf, rec)
-
-
-@pytest.mark.points(2)
-def test_random_traces_match_h200(ca, h200):
-    """12 random traces of 80 steps (1 B .. 48 MiB, frees, empty_cache) under the three configurations."""
-    cases = list(traces(h200, "random_"))
-    assert len(cases) == 36
-    for name, conf, rec in cases:
-        check_trace(ca, name, conf, rec)
-
-
 def run(ca, conf, sizes_and_frees):
     """Replay a short trace written as [n, ...] (alloc n bytes) / ["free", i] (free the i-th alloc)."""
     trace, nid = [], 0
@@ -138,9 +110,45 @@ def test_worked_examples_at_the_thresholds(ca):
     st, seg = run(ca, "max_split_size_mb:20", [60 * MiB, ("free", 0), 40 * MiB])
     assert seg == sorted([("large", 40 * MiB, ((40 * MiB, A),)), ("large", 60 * MiB, ((60 * MiB, F),))]), (
         f"max_split_size_mb:20, 40 MiB would waste 20 MiB of a cached 60 MiB block: {seg}")
+    # a request of exactly max_split_size is oversize too (both rules are >=): it may reuse a cached block only if
+    # that block is < request + 20 MiB, and the block it takes is never cut
+    st, seg = run(ca, "max_split_size_mb:20", [30 * MiB, ("free", 0), 20 * MiB])
+    assert seg == [("large", 30 * MiB, ((30 * MiB, A),))], (
+        f"max_split_size_mb:20, a 20 MiB request into a cached 30 MiB block: taken whole, not cut: {seg}")
+    st, seg = run(ca, "max_split_size_mb:20", [45 * MiB, ("free", 0), 20 * MiB])
+    assert seg == sorted([("large", 20 * MiB, ((20 * MiB, A),)), ("large", 46 * MiB, ((46 * MiB, F),))]), (
+        f"max_split_size_mb:20, a 20 MiB request must not take a cached 46 MiB block (26 MiB >= 20 MiB wasted): {seg}")
     # without max_split_size the same 41 MiB request cuts the cached block
     st, seg = run(ca, "", [60 * MiB, ("free", 0), 41 * MiB])
     assert seg == [("large", 60 * MiB, ((41 * MiB, A), (19 * MiB, F)))], f"default, 41 MiB into a cached 60 MiB: {seg}"
+
+
+@pytest.mark.points(1)
+def test_single_requests_match_h200(ca, h200):
+    cases = list(traces(h200, "single_"))
+    assert len(cases) == 57
+    for name, conf, rec in cases:
+        check_trace(ca, name, conf, rec)
+
+
+@pytest.mark.points(1)
+def test_hand_traces_match_h200(ca, h200):
+    """Splitting and reuse in the small pool, a 20 MiB segment split for several requests, >= 10 MiB requests
+    with own segments, fragmentation and empty_cache."""
+    cases = [c for p in ("small_split_reuse", "large_split", "big_own_segment", "fragmentation")
+             for c in traces(h200, p)]
+    assert len(cases) == 8
+    for name, conf, rec in cases:
+        check_trace(ca, name, conf, rec)
+
+
+@pytest.mark.points(2)
+def test_random_traces_match_h200(ca, h200):
+    """12 random traces of 80 steps (1 B .. 48 MiB, frees, empty_cache) under the three configurations."""
+    cases = list(traces(h200, "random_"))
+    assert len(cases) == 36
+    for name, conf, rec in cases:
+        check_trace(ca, name, conf, rec)
 
 
 def round_size_oracle(n, d):
