@@ -10,7 +10,8 @@ How torch.multiprocessing moves a tensor (torch/multiprocessing/reductions.py, `
   when the count reaches 0. Leak = a name left in /dev/shm.
 
 Contract:
-    shm_segments(pid) -> set[str]      # names in /dev/shm created by process `pid` ("torch_<pid>_...")
+    shm_segments(pid) -> set[str]      # names in /dev/shm created by process `pid`, spelled as os.listdir("/dev/shm")
+                                       #   gives them: "torch_<pid>_<random>_<n>", no leading "/" (so are self.names)
     shm_fds(pid) -> set[int]           # fds of `pid` open on /dev/shm/torch_* objects, unlinked ones included
     p = Producer(n_consumers, n_slots, numel, strategy, delay)   # forks the consumers, then the buffer ring
     p.send(values)                     # copy into a free slot, send the slot to every live consumer
@@ -105,8 +106,9 @@ class Producer:
             self.procs.append(proc)
         # the ring is created after the fork so that no consumer inherits its fds or mappings
         self.slots = [torch.zeros(numel, dtype=torch.float64).share_memory_() for _ in range(n_slots)]
-        # file_system: the /dev/shm name of every slot ("/torch_<pid>_<random>_<n>"); none for file_descriptor
-        self.names = [s.untyped_storage()._share_filename_cpu_()[1].decode() for s in self.slots] \
+        # file_system: the /dev/shm name of every slot, as os.listdir("/dev/shm") spells it ("torch_<pid>_<random>_<n>":
+        # torch's handle "/torch_..." without its leading "/"); none for file_descriptor
+        self.names = [s.untyped_storage()._share_filename_cpu_()[1].decode().lstrip("/") for s in self.slots] \
             if strategy == "file_system" else []
         self._refs = [StorageWeakRef(s.untyped_storage()) for s in self.slots]
         self.free = collections.deque(range(n_slots))  # slots that may be overwritten
@@ -161,10 +163,11 @@ class Producer:
 
     @staticmethod
     def _unlink(name: str) -> None:
-        """Remove a /dev/shm name (no error if it is already gone). Only for segments nobody will release again:
-        unlinking one whose count can still reach 0 makes that last release abort the process."""
+        """Remove /dev/shm/<name> ("torch_<pid>_<random>_<n>", as in self.names and shm_segments; no error if it is
+        already gone). Only for segments nobody will release again: unlinking one whose count can still reach 0 makes
+        that last release abort the process."""
         try:
-            os.unlink(SHM_DIR + name)
+            os.unlink(f"{SHM_DIR}/{name}")
         except FileNotFoundError:
             pass
 

@@ -85,6 +85,37 @@ def clean_state():
     mp.set_sharing_strategy(old)
 
 
+class DataSpy:
+    """The producer's end of one consumer's data pipe: records batches sent to that consumer after _events() told
+    the producer it is gone (an "exit" event); the stop message (None) may go to anyone."""
+
+    def __init__(self, conn, c, told, late):
+        self._conn, self._c, self._told, self._late = conn, c, told, late
+
+    def send(self, obj):
+        if obj is not None and self._c in self._told:
+            self._late.append(self._c)
+        return self._conn.send(obj)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def watch_sends(p):
+    """Spy on p's data pipes and its _events(); returns the list of consumers sent a batch after their reported exit."""
+    told, late = set(), []
+    real_events = p._events
+
+    def events():
+        ev = real_events()
+        told.update(c for c, what, _ in ev if what == "exit")
+        return ev
+
+    p._events = events
+    p.data = [(r, DataSpy(w, c, told, late)) for c, (r, w) in enumerate(p.data)]
+    return late
+
+
 def batches(seed, n, numel):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(numel, dtype=torch.float64, generator=g) for _ in range(n)]
@@ -95,9 +126,11 @@ def run(ipc, guard, strategy, seed, n_consumers=3, n_slots=2, n_batches=8, numel
     """One producer run; `kills` = [(after batch k, consumer c, extra sleep s)]. Returns (producer, expected digests)."""
     rng = random.Random(seed)
     data = batches(seed, n_batches, numel)
+    want = [ipc.checksum(b) for b in data]
     p = ipc.Producer(n_consumers, n_slots, numel, strategy, delay=rng.choice([0.0, 0.001, 0.003]) if delay is None else delay,
                      timeout=timeout)
     guard.producer, guard.early = p, []
+    late = watch_sends(p)
     t0 = time.monotonic()
     for k, b in enumerate(data):
         p.send(b)
@@ -109,7 +142,11 @@ def run(ipc, guard, strategy, seed, n_consumers=3, n_slots=2, n_batches=8, numel
     assert time.monotonic() - t0 < timeout, "the run took longer than its timeout"
     assert not guard.early, (f"[{strategy}, seed {seed}] swept while a consumer was still running: {guard.early[:3]}; "
                              "sweep only after every consumer has been joined")
-    return p, [ipc.checksum(b) for b in data]
+    assert not late, (f"[{strategy}, seed {seed}] batches sent to consumers {sorted(set(late))} after their exit was "
+                      "reported: a dead consumer never acks (file_descriptor: a dup'ed fd per message, file_system: "
+                      "+1 on the count); record it in self.dead and send only to live consumers")
+    assert [ipc.checksum(b) for b in data] == want, f"[{strategy}, seed {seed}] send() changed the caller's tensors"
+    return p, want
 
 
 def check_run(p, want, killed, strategy, seed, before):
@@ -159,6 +196,16 @@ def test_leak_detector(ipc, clean_state, tmp_path):
         other.close()
         os.remove(os.path.join(SHM, f"hpccourse_{pid}_x"))
         fake.close()
+
+
+@pytest.mark.points(0.5)
+def test_every_consumer_killed(ipc, guard, clean_state):
+    """All consumers die (before their first message, or holding slots): sends go on, close() still sweeps."""
+    for strategy in ("file_descriptor", "file_system"):
+        p, want = run(ipc, guard, strategy, 7, kills=[(0, 0, 0.0), (0, 1, 0.0), (0, 2, 0.0)])
+        check_run(p, want, {0, 1, 2}, strategy, 7, clean_state)
+        p, want = run(ipc, guard, strategy, 8, n_slots=3, kills=[(2, 0, 0.004), (2, 1, 0.0), (5, 2, 0.001)])
+        check_run(p, want, {0, 1, 2}, strategy, 8, clean_state)
 
 
 @pytest.mark.points(1)
@@ -214,11 +261,3 @@ def test_consumer_killed_file_system(ipc, guard, clean_state):
     crash_runs(ipc, guard, "file_system", range(10), clean_state)
 
 
-@pytest.mark.points(0.5)
-def test_every_consumer_killed(ipc, guard, clean_state):
-    """All consumers die (before their first message, or holding slots): sends go on, close() still sweeps."""
-    for strategy in ("file_descriptor", "file_system"):
-        p, want = run(ipc, guard, strategy, 7, kills=[(0, 0, 0.0), (0, 1, 0.0), (0, 2, 0.0)])
-        check_run(p, want, {0, 1, 2}, strategy, 7, clean_state)
-        p, want = run(ipc, guard, strategy, 8, n_slots=3, kills=[(2, 0, 0.004), (2, 1, 0.0), (5, 2, 0.001)])
-        check_run(p, want, {0, 1, 2}, strategy, 8, clean_state)
