@@ -223,6 +223,21 @@ def test_clamp_boundary(lesson):
         got = _bwd(mod, x, dy, s, z, qmin, qmax, 2, 32)
         _first_mismatch(got, np.where(want_mask, dy, F32(0)), x, s, z,
                         f"STE mask at the clamp boundary, range=[{qmin}, {qmax}] (codes on the bounds pass the gradient)")
+    # codes far outside int32 (|x / s| = 2^31 .. 2^33 and 3e9; a power-of-two scale keeps x * (1/s) exact): they
+    # clamp like any other code (torch 2.13's CPU kernel does: x = 3000, s = 1e-6 gives (qmax - z) s, dx = 0); a code
+    # held in an int32 overflows
+    s = np.array([2.0**-20, 2.0**-20], F32)
+    z = np.array([0, 5], np.int32)
+    vals = np.array([2.0**11, -(2.0**11), 2.0**12, -(2.0**12), 2.0**13, -(2.0**13), 3000.0, -3000.0], F32)
+    x = np.ascontiguousarray(np.broadcast_to(vals, (2, vals.size))[None])  # (outer, C, inner) = (1, 2, 8)
+    for qmin, qmax in [(-128, 127), (0, 255)]:
+        bound = np.where(x > 0, qmax, qmin) - z[None, :, None]
+        want_y = (bound * s.astype(np.float64)[None, :, None]).astype(F32)
+        got = _fwd(mod, x, s, z, qmin, qmax, 1, 32)
+        _first_mismatch(got, want_y, x, s, z, f"forward with |x / s| >= 2^31 (clamped), range=[{qmin}, {qmax}]")
+        dy = _grad(rng, x.shape)
+        got = _bwd(mod, x, dy, s, z, qmin, qmax, 1, 32)
+        _first_mismatch(got, np.zeros_like(dy), x, s, z, f"STE mask with |x / s| >= 2^31 (clamped: dx = 0), range=[{qmin}, {qmax}]")
 
 
 @pytest.mark.points(1)
@@ -307,23 +322,30 @@ def test_single_pass_and_coalesced(lesson):
         f"fake_quant_fwd reads x {cx['load_bytes'] / x.nbytes:.2f} times per element: one read per element is enough")
     assert cy["stores"] == n, f"fake_quant_fwd stores {cy['stores']} times into y of {n} elements"
     block = 128
-    k = mod.lsq_bwd
-    dx, ds, dz = _nan(*shape), _nan(shape[1]), _nan(shape[1])
-    g = 1.0 / math.sqrt(shape[0] * shape[2] * qmax)
-    k[3, block](x, dy, s, z, dx, ds, dz, *shape, qmin, qmax, g)
-    _check_lsq(x, dy, s, z, qmin, qmax, g, block, (dx, ds, dz), "race-build lsq_bwd")
-    for name in ("x", "dy"):
-        c = cuda.gmem_counters(k.stats, name)
-        assert c["bytes_read"] == x.nbytes and c["max_reads_per_byte"] == 1, (
-            f"lsq_bwd reads {name} {c['load_bytes'] / x.nbytes:.2f} times per element (some element "
-            f"{c['max_reads_per_byte']} times): dx, dscale and dzero come from one pass over x and dy")
-        limit = 2 * n // 32 + shape[1] * (block // 32) * shape[0] * 2
-        assert c["load_requests"] <= limit and c["load_sectors"] <= 5 * c["load_requests"], (
-            f"lsq_bwd reads {name} in {c['load_requests']} warp requests touching {c['load_sectors']} sectors "
-            f"(coalesced: at most {limit} requests of at most 5 sectors): the block's threads share the channel's "
-            f"elements, consecutive elements of a row to consecutive threads (not one thread doing the loop, not a "
-            f"contiguous chunk per thread)")
-    assert cuda.gmem_counters(k.stats, "dx")["stores"] == n
+    # (2, 5, 1000): long rows; (40, 2, 64): more rows (outer) than a warp has lanes, so lanes that walk the
+    # channel's rows (o) instead of its elements within a row (j) touch 32 sectors per request
+    for shape in (shape, (40, 2, 64)):
+        s, z = _qparams(rng, shape[1], qmin, qmax, tiny_huge=False)
+        x = _values(rng, shape, s, z, qmin, qmax)
+        dy = _grad(rng, shape)
+        n = x.size
+        k = mod.lsq_bwd
+        dx, ds, dz = _nan(*shape), _nan(shape[1]), _nan(shape[1])
+        g = 1.0 / math.sqrt(shape[0] * shape[2] * qmax)
+        k[3, block](x, dy, s, z, dx, ds, dz, *shape, qmin, qmax, g)
+        _check_lsq(x, dy, s, z, qmin, qmax, g, block, (dx, ds, dz), f"race-build lsq_bwd shape={shape}")
+        for name in ("x", "dy"):
+            c = cuda.gmem_counters(k.stats, name)
+            assert c["bytes_read"] == x.nbytes and c["max_reads_per_byte"] == 1, (
+                f"lsq_bwd shape={shape} reads {name} {c['load_bytes'] / x.nbytes:.2f} times per element (some element "
+                f"{c['max_reads_per_byte']} times): dx, dscale and dzero come from one pass over x and dy")
+            limit = 2 * n // 32 + shape[1] * (block // 32) * shape[0] * 2
+            assert c["load_requests"] <= limit and c["load_sectors"] <= 5 * c["load_requests"], (
+                f"lsq_bwd shape={shape} reads {name} in {c['load_requests']} warp requests touching {c['load_sectors']} "
+                f"sectors (coalesced: at most {limit} requests of at most 5 sectors): the block's threads share the "
+                f"channel's elements, consecutive elements of a row to consecutive threads (not one thread doing the "
+                f"loop, not a contiguous chunk per thread, not consecutive rows to consecutive threads)")
+        assert cuda.gmem_counters(k.stats, "dx")["stores"] == n
 
 
 @pytest.mark.points(1)
