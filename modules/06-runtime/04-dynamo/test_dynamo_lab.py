@@ -69,6 +69,26 @@ def _one_graph(x, w):
     return torch.tanh(x @ w).cos().mean(dim=-1)
 
 
+class _Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 3)
+        self.register_buffer("scale", torch.full((3,), 0.5))
+
+    def forward(self, x):
+        return (torch.relu(self.proj(x)) * self.scale).sum(dim=-1)
+
+
+def test_op_names_of_module_calls_and_attributes(lesson):
+    # fx.symbolic_trace keeps submodules as call_module nodes (Dynamo inlines them) and buffers as get_attr nodes:
+    # a module call is named by its class, a get_attr fetches a tensor and is not an op
+    mod = lesson.load("dynamo_lab.py")
+    gm = torch.fx.symbolic_trace(_Head())
+    assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_module", "call_function", "get_attr",
+                                              "call_function", "call_method", "output"]
+    assert mod.op_names(gm) == _names(gm) == ["Linear", "relu", "mul", "sum"]
+
+
 def test_recorder_worked_example(lesson, capsys):
     mod = lesson.load("dynamo_lab.py")
     rec = mod.GraphRecorder()
@@ -118,13 +138,17 @@ def test_fixed_equals_route_eager(lesson, capsys):
     branches = set()
     for (s, b), temp in _cases(300):
         want = mod.route(s, b, temp)
+        s0, b0 = s.clone(), b.clone()
         got = mod.route_fixed(s, b, temp)
         torch.testing.assert_close(got, want, **TOL)
+        assert torch.equal(s, s0) and torch.equal(b, b0), "route_fixed modified its inputs"
         branches.add(((s + b).mean() > 0).item())
     assert branches == {True, False}
-    # edge cases: all-zero logits (peak 0: CLIP / peak is inf), peak exactly CLIP, one token, one expert
+    # edge cases: all-zero logits (peak 0: CLIP / peak is inf; mean exactly 0 takes the sigmoid branch), peak exactly
+    # CLIP, one token, one expert, and 4 equal positive logits (softmax gives exactly 0.25: the load threshold is strict)
     for s, b in ((torch.zeros(4, 3), torch.zeros(3)), (torch.tensor([[4.0, -1.0, 0.5]]), torch.zeros(3)),
-                 (torch.full((1, 1), -9.0), torch.full((1,), 0.5)), (torch.randn(5, 1) * 10, torch.zeros(1))):
+                 (torch.full((1, 1), -9.0), torch.full((1,), 0.5)), (torch.randn(5, 1) * 10, torch.zeros(1)),
+                 (torch.ones(3, 4), torch.zeros(4))):
         torch.testing.assert_close(mod.route_fixed(s, b, 0.7), mod.route(s, b, 0.7), **TOL)
 
 
