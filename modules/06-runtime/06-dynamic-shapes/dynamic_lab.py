@@ -54,7 +54,8 @@ def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def project_fixed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Same result as `project` for every shape, with no Python branch on a size."""
+    """Same result as `project` for every shape, with no Python branch on a size. The matmul still runs on the
+    sequence padded to a multiple of ALIGN (the padding is the point of `project`; the branch is what goes)."""
     ### HINT: padding by zero rows is a no-op; the pad amount can be one expression of T for every T >= 0
     ### BEGIN SOLUTION
     T = x.shape[1]

@@ -8,6 +8,9 @@ import pytest
 import torch
 import torch._dynamo as dynamo
 from torch._dynamo.testing import CompileCounter
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
 
 MODES = ("static", "auto", "mark", "dynamic")
 D, E = 6, 5  # feature dims: never a value of B or T below
@@ -21,6 +24,39 @@ def fresh_dynamo():
     yield
     dynamo.reset()
     torch.set_num_threads(threads)
+
+
+class _MatmulRows(TorchDispatchMode):
+    """Records the row count of every matrix product that runs (aten.mm / bmm / addmm, after matmul's decomposition)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        packet = func.overloadpacket
+        if packet in (aten.mm, aten.bmm):
+            self.rows.append(args[0].shape[-2] * (args[0].shape[0] if packet is aten.bmm else 1))
+        elif packet is aten.addmm:
+            self.rows.append(args[1].shape[0])
+        return func(*args, **(kwargs or {}))
+
+
+def test_fixed_still_pads_the_matmul(lesson):
+    # The padding is what project is for (tensor-core friendly row counts): project_fixed removes the branch, not
+    # the padding. B * T below is never a multiple of ALIGN, so an unpadded matmul shows up in its row count.
+    mod = lesson.load("dynamic_lab.py")
+    g = torch.Generator().manual_seed(12)
+    for B, T in [(3, 7), (5, 9), (1, 13), (3, 65), (1, 1)]:
+        x, w = torch.randn(B, T, D, generator=g), torch.randn(D, E, generator=g)
+        rec = _MatmulRows()
+        with rec:
+            got = mod.project_fixed(x, w)
+        torch.testing.assert_close(got, mod.project(x, w), rtol=1e-6, atol=1e-6)
+        assert rec.rows, f"({B}, {T}): no matrix product ran"
+        assert all(r % mod.ALIGN == 0 and r >= B * T for r in rec.rows), (
+            f"({B}, {T}): the matmul ran on {rec.rows} rows; it must run on the sequence padded to a multiple of "
+            f"ALIGN = {mod.ALIGN} (B * T = {B * T})")
 
 
 def _f(x):
@@ -113,6 +149,8 @@ SHAPES = [
     [(4, 4), (3, 16), (2, 70), (9, 100), (2, 64), (300, 3), (2, 65), (7, 1000)],
     # 0 and 1 in either dim: each (0/1, 0/1/>=2) class once
     [(2, 10), (1, 10), (1, 20), (0, 20), (3, 1), (1, 1), (4, 1), (5, 90), (0, 3), (2, 2)],
+    # the FIRST call already has B = 1 (then B = 0): T must be symbolic in those specializations too
+    [(1, 10), (1, 20), (0, 5), (0, 9), (3, 30), (5, 1), (7, 1), (1, 1), (6, 9)],
 ]
 
 
