@@ -37,6 +37,8 @@ def learner_counts(fm, fn, *args):
     counter = fm.FlopCounter()
     with counter:
         fn(*args)
+    extra_keys = set(counter.counts) - set(counter.formulas)
+    assert not extra_keys, f"counts has entries for ops without a FLOP formula: {sorted(map(str, extra_keys))}"
     per_op = {str(k): v for k, v in counter.counts.items() if v}
     return counter.total(), per_op
 
@@ -76,11 +78,14 @@ def models(gen):
     conv3 = torch.nn.Conv3d(2, 4, (1, 3, 2), stride=(1, 2, 1))
     convt = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
     cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1))
+    frozen = torch.nn.Conv2d(3, 5, 3, padding=1)
+    frozen.weight.requires_grad_(False)  # a frozen weight, trainable bias: output_mask[1] is False
     return [
         ("linear 2-D", lin, (7, 24)), ("linear 3-D", lin, (3, 5, 24)), ("linear no bias", lin_nb, (9, 24)),
         ("mlp", mlp, (4, 6, 17)), ("conv2d groups=2 stride 2", conv2, (2, 6, 9, 11)),
         ("conv1d dilation 2", conv1, (3, 3, 20)), ("conv3d", conv3, (1, 2, 3, 8, 5)),
         ("conv_transpose2d", convt, (2, 4, 5, 7)), ("cnn", cnn, (2, 3, 10, 10)),
+        ("conv2d frozen weight", frozen, (2, 3, 6, 5)),
     ]
 
 
@@ -89,6 +94,17 @@ def attention(q, k, v, causal=False, scale=None):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.points(1)
+def test_sdpa_flops_on_shapes(fm):
+    """sdpa_flops on shapes, against FlopCounterMode's sdpa_flop_count: v's head dim Dv differs from D (the CPU flash
+    kernel never runs with Dv != D, other backends do), and GQA (k/v with fewer heads: every query head counts)."""
+    for b, h, hkv, sq, sk, d, dv in [(2, 3, 3, 5, 7, 8, 4), (1, 2, 2, 9, 4, 16, 40), (2, 6, 2, 8, 12, 16, 8)]:
+        q, k, v = (b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, dv)
+        want = flop_counter.sdpa_flop_count(q, (b, h, sk, d), (b, h, sk, dv))
+        assert want == 2 * b * h * sq * sk * (d + dv)
+        assert fm.sdpa_flops(q, k, v) == want, f"sdpa_flops{(q, k, v)} = {fm.sdpa_flops(q, k, v)}, want {want}"
+
 
 @pytest.mark.points(1)
 def test_tracer_equals_make_fx_forward_and_backward(fm):
