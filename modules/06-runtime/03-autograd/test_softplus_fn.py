@@ -40,7 +40,9 @@ def test_forward_is_exact_for_every_x(sp):
     for dtype, beta in itertools.product([torch.float64, torch.float32], BETAS):
         for shape in [(270,), (10, 27), (2, 5, 27)]:
             x = inputs(gen, dtype).reshape(shape)
+            x0 = x.clone()
             y, amax = sp.softplus_amax(x, beta)
+            assert torch.equal(x, x0), f"{dtype} beta={beta}: softplus_amax modified its input x"
             want = ref_softplus(x, beta)
             assert y.dtype == dtype and y.shape == x.shape, f"y is {y.dtype} {tuple(y.shape)}"
             assert torch.isfinite(y).all(), f"{dtype} beta={beta}: non-finite output at x = {x[~torch.isfinite(y)][:4]}"
