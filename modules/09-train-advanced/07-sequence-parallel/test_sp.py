@@ -36,9 +36,13 @@ class RefBlock(nn.Module):
         return x + y * keep_mask(*x.shape).to(x.dtype) / (1 - P)
 
 
+EPS = {21: 1e-5, 22: 1e-2}  # LayerNorm eps per seed: the default, and one the block must copy from the model
+
+
 def make_reference(seed):
     torch.manual_seed(seed)
     ref = RefBlock().double()
+    ref.norm.eps = EPS[seed]
     with torch.no_grad():  # LayerNorm starts at (1, 0): make its gradients non-trivial to compare
         ref.norm.weight.uniform_(0.5, 1.5)
         ref.norm.bias.normal_()
@@ -153,8 +157,10 @@ def test_gather_and_reduce_scatter_replace_the_all_reduces(lesson, ray_cluster, 
                 f"{where}: after backward only the replicated parameters' gradients (3*h = {3 * H} elements "
                 f"in all) should be all-reduced; got {sync}")
             assert not phase[""], f"{where}: collectives outside forward/backward/sync: {phase['']}"
-            # Activation memory: at most one full-sequence [s, b, h] tensor may be kept for backward
-            # (fc1's gathered input); LayerNorm's input and the dropout mask must be s/t tokens.
+            # Activation memory (README): among the tensors saved for backward, those with s*b*h elements
+            # (the whole sequence at full width) may occupy one storage only: fc1's gathered input, however
+            # often it is saved. [s, b, ffn/t] tensors inside the TP region (GELU's input, fc2's input) are
+            # not counted (ffn/t != h here); LayerNorm's input and the dropout mask must be s/t tokens.
             full_seq = {ptr for _, numel, ptr in saved if numel == S * B * H}
             assert len(full_seq) <= 1, (
                 f"{where}: {len(full_seq)} different full-sequence [s, b, h] activations saved for backward "
