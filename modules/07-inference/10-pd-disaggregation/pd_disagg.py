@@ -13,6 +13,9 @@ Roles
 - Router (driver): sends each request to a prefill worker, hands the KV *reference* to a decode worker
   (the KV bytes go prefill -> object store -> decode, never through the router), collects the results,
   and survives a decode worker that dies: its requests are re-sent (with their KV) to a live one.
+  Dispatch does not wait: every request's prefill and decode calls are issued before any result is awaited.
+  `dead` lists the decode workers found dead and none of them gets another request; `resent` lists a req_id
+  per re-send; a Result's decode_attempts = how many times that request was dispatched to a decode worker.
 - latency_metrics: TTFT = first token time - arrival; TPOT = mean gap between consecutive tokens after
   the first = (t_last - t_first) / (n - 1); None for a request with a single token.
 
