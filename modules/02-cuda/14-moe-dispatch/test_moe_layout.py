@@ -235,6 +235,22 @@ def test_combine_weighted_gather(lesson):
     """moe_combine: out[t] = sum of w[t, j] * Y[pos[t, j]] over the valid slots (float64 reference, fp32 bound);
     dropped slots carry nonzero weights that must be ignored; a token with no valid slot gets 0."""
     mod = _load(lesson)
+    # The summation order is part of the contract (valid slots in increasing j, from 0): a cancelling token
+    # whose fp32 sum in that order differs from every other order and from the exact sum. Rows
+    # 3, 1e8, -1e8, 2 (times a power of two per column, weights 1, so a fused multiply-add rounds the same):
+    # 3 + 1e8 rounds to 1e8, - 1e8 gives 0, + 2 gives 2; decreasing j gives 3, the exact sum is 5.
+    h = 40                                                         # more columns than a 32-thread block
+    scale = (2.0 ** (np.arange(h) % 5)).astype(np.float32)
+    y = np.stack([3.0 * scale, 1e8 * scale, -1e8 * scale, 2.0 * scale]).astype(np.float32)
+    pos = np.array([0, -1, 1, 2, 3], np.int32)                     # slot 1 dropped, with a nonzero weight
+    w = np.array([[1.0, 7.0, 1.0, 1.0, 1.0]], np.float32)
+    for cblock in (32, 128):
+        out = _combine(mod, y, pos, w, cblock)
+        assert np.array_equal(out[0], 2.0 * scale), (
+            f"cancelling token (Y rows 3, 1e8, -1e8, 2 times 2^(h % 5), weights 1, combine block={cblock}): "
+            f"out[0][:5] = {out[0][:5].tolist()}, want {(2.0 * scale[:5]).tolist()}: the fp32 sum in increasing j "
+            f"(3 + 1e8 rounds to 1e8); decreasing j gives 3, another order or a wider accumulator gives 5")
+
     rng = np.random.default_rng(1404)
     for name, t, k, e, h, block, opts in CASES:
         idx = _routing(rng, t, k, e, **opts)
