@@ -1,7 +1,8 @@
 """Tests for infer-11 (a): temporal ensembling and the streaming controller.
 
 Reference: a brute-force ensemble that keeps every chunk ever received and, for tick t, averages the
-actions of all chunks covering t in start order with weights exp(-m * i) (ACT, Zhao et al. 2023, §3.2),
+actions of all chunks covering t in start order with weights exp(-m * i) (ACT, Zhao et al., RSS 2023, §IV-A,
+Algorithm 2),
 in float64. The learner's code does the same arithmetic on the same float64 values, in another order:
 rtol = 1e-12.
 """
@@ -43,7 +44,30 @@ def test_ensemble_matches_brute_force(lesson, k, m):
         else:
             np.testing.assert_allclose(ens.action(t), want, rtol=1e-12, err_msg=f"tick {t}")
             checked += 1
+        may_cover = sum(1 for s, _ in received if s + k > t)  # chunks that can still cover t or a later tick
+        assert len(ens.chunks) <= may_cover, (
+            f"tick {t}: {len(ens.chunks)} chunks held, only {may_cover} can still cover a tick: drop the ones "
+            "that ended (memory must stay O(k / latency))")
     assert checked >= 10 and raised > 0
+
+
+def test_a_chunk_handed_in_before_its_first_tick_covers_nothing_yet(lesson):
+    mod = lesson.load("action_chunking.py")
+    k, m = 4, 0.5
+    a, b, c = (np.arange(k * 2, dtype=np.float64).reshape(k, 2) + off for off in (10.0, 20.0, 30.0))
+    ens = mod.TemporalEnsembler(k, m)
+    ens.add_chunk(0, a)
+    ens.add_chunk(3, b)  # covers ticks 3..6, handed in at tick 0
+    for t in (0, 1, 2):
+        np.testing.assert_allclose(ens.action(t), a[t], rtol=1e-12, err_msg=f"tick {t}: only chunk 0 covers it")
+    w = np.exp(-m)
+    np.testing.assert_allclose(ens.action(3), (a[3] + w * b[0]) / (1 + w), rtol=1e-12, err_msg="tick 3")
+    np.testing.assert_allclose(ens.action(5), b[2], rtol=1e-12, err_msg="tick 5")
+    ens.add_chunk(9, c)
+    with pytest.raises(mod.NoActionError):
+        ens.action(7)  # b ended at 6, c starts at 9
+    assert len(ens.chunks) <= 1, f"{len(ens.chunks)} chunks held at tick 7; only the one starting at 9 is still usable"
+    np.testing.assert_allclose(ens.action(9), c[0], rtol=1e-12, err_msg="tick 9")
 
 
 def _run(mod, k, latency, m, ticks, seed, noise=0.3):
@@ -60,6 +84,10 @@ def _run(mod, k, latency, m, ticks, seed, noise=0.3):
     chunks = []
 
     class RecordingEngine(mod.SimulatedEngine):
+        def submit(self, t, o):
+            assert np.array_equal(o, obs(t)), f"the query submitted at tick {t} carries another tick's observation"
+            super().submit(t, o)
+
         def poll(self, t):
             got = super().poll(t)
             chunks.extend(got)

@@ -53,7 +53,7 @@ def test_assignment_is_optimal_against_brute_force(lesson):
         err = rng.integers(0, 40, size=(n, nf)) / 64.0
         cost = rng.integers(1, 30, size=(n, nf)).astype(float)
         exact = sum(err[i, rng.integers(nf)] for i in range(n))  # met exactly by some assignment
-        for budget in (exact, float(rng.uniform(0, err.sum())), err.min(axis=1).sum() - 1 / 64):
+        for budget in (exact, float(rng.uniform(0, err.sum())), err.min(axis=1).sum() - 1 / 64, 0.0):
             _check(mod.assign_precision(err, cost, budget), err, cost, budget, _brute_force(err, cost, budget))
 
 
@@ -93,13 +93,14 @@ def _mlp(seed):
     return nn.Sequential(*layers).double().requires_grad_(False)
 
 
-def _one_at_a_time(mod, model, x):
+def _one_at_a_time(mod, model, x, formats=None):
     """err[l, f] measured on fresh copies of the model (never touches the original)."""
+    formats = mod.FORMATS if formats is None else formats
     y = model(x)
     n = len(mod.quant_layers(model))
-    err = np.zeros((n, len(mod.FORMATS)))
+    err = np.zeros((n, len(formats)))
     for li in range(n):
-        for fi, fmt in enumerate(mod.FORMATS):
+        for fi, fmt in enumerate(formats):
             m2 = copy.deepcopy(model)
             layer = mod.quant_layers(m2)[li]
             layer.weight.data = mod.fake_quant(layer.weight.data, fmt)
@@ -117,6 +118,9 @@ def test_real_model_meets_the_budget(lesson):
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), f"measure_sensitivity left {k} modified"
     np.testing.assert_allclose(err, _one_at_a_time(mod, model, x), rtol=1e-9, atol=1e-15)
+    subset = ("int4", "bf16")  # the formats argument, in its own order (not a prefix of FORMATS)
+    np.testing.assert_allclose(mod.measure_sensitivity(model, x, subset), _one_at_a_time(mod, model, x, subset),
+                               rtol=1e-9, atol=1e-15, err_msg=f"measure_sensitivity(model, x, {subset})")
     cost = mod.layer_costs(model)
     y = model(x)
     cheapest = copy.deepcopy(model)
