@@ -178,7 +178,8 @@ def test_linear_memory_and_one_pass_each_way(lesson, case):
         assert led.largest <= limit, (
             f"{tag} materialised a tensor of {led.largest} elements {led.largest_op}; the limit is "
             f"max(block_q*block_k, N*d) = {limit} (a full score matrix has {n_q * n_k})")
-        # Score tiles are block_q x block_k (or the transpose): no matmul output is larger, and a full one occurs.
+        # Score tiles are block_q x block_k (or the transpose): no matmul output is larger, and a full one occurs
+        # (d, dv = 8, 6 are below both block sizes, so the [rows, d] products fit this rule too).
         too_big = [t for t in led.mm_shapes if not (t[0] <= bq and t[1] <= bk) and not (t[0] <= bk and t[1] <= bq)]
         assert not too_big, f"{tag}: matmul outputs {too_big} exceed a block_q x block_k = {bq} x {bk} tile"
         assert (bq, bk) in led.mm_shapes or (bk, bq) in led.mm_shapes, (
