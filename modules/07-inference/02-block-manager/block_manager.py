@@ -19,7 +19,9 @@ Contract (the tests compare every step with a reference model, so the policy is 
   out again (eviction). Partly filled blocks are never cached.
 - ``allocate(seq_id, prompt)``: reuse the longest chain of cached full blocks that matches the
   prompt's leading full blocks, then take fresh blocks for the rest, write the prompt into them and
-  register the new full ones. Returns the number of prompt tokens found in the cache. Raises
+  register the new full ones. Returns the number of prompt tokens found in the cache (every matching full
+  block counts, even when that is the whole prompt: no vLLM-style ``num_tokens - 1`` cap, see README).
+  The caller's ``prompt`` is not modified. Raises
   ``NoFreeBlocks`` *before changing anything* if the free queue cannot supply what it needs (a reused
   block whose ref_count is 0 is taken out of the free queue, so it counts).
 - ``append(seq_id, token)``: write one token after the last. A full (or missing) last block means a
@@ -28,7 +30,7 @@ Contract (the tests compare every step with a reference model, so the policy is 
   becomes full is registered. Raises ``NoFreeBlocks`` before changing anything when a block is needed
   and none is free.
 - ``fork(parent_id, child_id)``: the child shares all of the parent's blocks; nothing is copied.
-- ``free(seq_id)``: drop the sequence and its references.
+- ``free(seq_id)``: drop the sequence (its table and its tokens) and its references.
 Writes go through ``_write`` only. Given: ``hash_block``, ``_take_free_block``, ``_copy_block``,
 ``_write``, ``read``, ``num_free_blocks``.
 """

@@ -166,14 +166,17 @@ def test_fork_shares_blocks_and_copy_on_write_copies_once(bm):
     assert [m.read(s)[-3:] for s in range(4)] == [[13, 14, 100 + s] for s in range(4)]
     assert all(r == 1 for _, r in writes[-4:]), "a token was written into a shared block"
     m2 = bm.BlockManager(6, 4)                                              # full last block: no copy needed
-    m2.allocate(0, [1, 2, 3, 4, 5, 6, 7, 8])
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    m2.allocate(0, prompt)
     m2.fork(0, 1)
     m2.append(0, 9)
     m2.append(1, 10)
     assert m2.copies == [] and m2.num_free_blocks == 2 and m2.read(1) == [1, 2, 3, 4, 5, 6, 7, 8, 10]
+    assert prompt == [1, 2, 3, 4, 5, 6, 7, 8], "the caller's prompt list was modified (stored without a copy?)"
     m2.free(0)
     m2.free(1)
     assert sorted(m2.free_queue) == list(range(6)) and not any(m2.ref_count)
+    assert not m2.tables and not m2.seqs, f"free must drop the sequence's table and tokens: {m2.tables}, {m2.seqs}"
 
 
 @pytest.mark.points(1)
@@ -197,9 +200,18 @@ def test_prefix_cache_reuses_full_blocks_only(bm):
     m.free(5)
     m.free(2)
     assert m.num_free_blocks == 10
+    h = bm.BlockManager(4, 2)                 # a cached free block at the head of the free queue is a hit:
+    h.allocate(0, [1, 2])                     # it must leave the queue before a fresh block is taken,
+    h.free(0)                                 # or the fresh take hands it out again (and evicts it)
+    h.allocate(1, [9] * 6)
+    h.free(1)
+    assert list(h.free_queue)[0] == h.block_hash.index(bm.hash_block(None, [1, 2]))
+    assert h.allocate(2, [1, 2, 5]) == 2 and h.read(2) == [1, 2, 5] and len(set(h.tables[2])) == 2, h.tables
     m.allocate(6, list(range(200, 240)))                                    # takes every block: evicts all
     m.free(6)
     assert m.allocate(7, a) == 0, "evicted blocks must not be found in the cache"
+    assert m.allocate(8, a[:8]) == 8, (
+        "a prompt whose every block is cached is a full hit (no vLLM-style num_tokens - 1 cap, README)")
 
 
 @pytest.mark.points(1)
@@ -278,6 +290,7 @@ def run_machine(bm, seed):
             self.same()
 
         def same(self):
+            assert sorted(self.m.seqs) == self.live(), f"sequences {sorted(self.m.seqs)}, expected {self.live()}"
             assert snapshot(self.m) == (self.ref.tables, list(self.ref.free_queue)), (
                 f"state differs from the reference\n  yours: {snapshot(self.m)}\n"
                 f"  reference: {(self.ref.tables, list(self.ref.free_queue))}")
