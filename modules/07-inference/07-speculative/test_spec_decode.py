@@ -20,6 +20,32 @@ def sd(lesson):
     return lesson.load("spec_decode.py")
 
 
+@pytest.mark.points(1)
+def test_sampled_generation_takes_all_randomness_from_gen(sd):
+    """The contract hands in `gen`: the same gen seed must give the same tokens whatever the global torch RNG
+    holds (drafts, u and v all come from gen), and another gen seed must give other tokens."""
+    V, gamma, max_new = 7, 3, 24
+    g0 = torch.Generator().manual_seed(77)
+    t_table = torch.randn(V, V, generator=g0, dtype=torch.float64)
+    d_table = torch.randn(V, V, generator=g0, dtype=torch.float64)
+    prompt = torch.tensor([2, 5], dtype=torch.int64)
+    saved = torch.get_rng_state()
+    try:
+        runs = {}
+        for global_seed, gen_seed in [(1, 5), (2, 5), (1, 6)]:
+            torch.manual_seed(global_seed)  # a different global RNG state must not matter
+            out, steps = sd.speculative_generate(Bigram(t_table), Bigram(d_table), prompt, max_new, gamma, 1.0,
+                                                 torch.Generator().manual_seed(gen_seed))
+            runs[global_seed, gen_seed] = (out.tolist(), steps)
+    finally:
+        torch.set_rng_state(saved)
+    assert prompt.tolist() == [2, 5], "speculative_generate modified the caller's prompt"
+    assert runs[1, 5] == runs[2, 5], (
+        "same gen seed, different global torch seed, different output: some randomness (draft sampling or the "
+        "uniforms u, v) does not come from the generator the contract hands in")
+    assert runs[1, 5][0] != runs[1, 6][0], "two gen seeds gave the same tokens: the generator is not used"
+
+
 def dist(gen, v, zeros=()):
     w = torch.rand(v, generator=gen, dtype=torch.float64) ** 2 + 0.02
     w[list(zeros)] = 0.0
@@ -268,28 +294,3 @@ def test_sampled_generation_follows_the_target_chain(sd):
     pv = chi2_pvalue(np.bincount(outs[:, 2], minlength=V), third)
     assert pv > SIGNIFICANCE, f"marginal law of the third generated token differs from the target (p = {pv:.2e})"
 
-
-@pytest.mark.points(1)
-def test_sampled_generation_takes_all_randomness_from_gen(sd):
-    """The contract hands in `gen`: the same gen seed must give the same tokens whatever the global torch RNG
-    holds (drafts, u and v all come from gen), and another gen seed must give other tokens."""
-    V, gamma, max_new = 7, 3, 24
-    g0 = torch.Generator().manual_seed(77)
-    t_table = torch.randn(V, V, generator=g0, dtype=torch.float64)
-    d_table = torch.randn(V, V, generator=g0, dtype=torch.float64)
-    prompt = torch.tensor([2, 5], dtype=torch.int64)
-    saved = torch.get_rng_state()
-    try:
-        runs = {}
-        for global_seed, gen_seed in [(1, 5), (2, 5), (1, 6)]:
-            torch.manual_seed(global_seed)  # a different global RNG state must not matter
-            out, steps = sd.speculative_generate(Bigram(t_table), Bigram(d_table), prompt, max_new, gamma, 1.0,
-                                                 torch.Generator().manual_seed(gen_seed))
-            runs[global_seed, gen_seed] = (out.tolist(), steps)
-    finally:
-        torch.set_rng_state(saved)
-    assert prompt.tolist() == [2, 5], "speculative_generate modified the caller's prompt"
-    assert runs[1, 5] == runs[2, 5], (
-        "same gen seed, different global torch seed, different output: some randomness (draft sampling or the "
-        "uniforms u, v) does not come from the generator the contract hands in")
-    assert runs[1, 5][0] != runs[1, 6][0], "two gen seeds gave the same tokens: the generator is not used"
