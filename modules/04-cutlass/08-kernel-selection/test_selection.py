@@ -201,6 +201,9 @@ def test_edge_cases_of_the_launch(lesson):
     g = sel.grid(256, 256, 128, C(128, 128, 64, split_k=4))
     assert (g.k_iters, g.ctas) == (1, 16)
     assert sel.tile_efficiency(256, 256, 128, C(128, 128, 64, split_k=4)) == pytest.approx(0.5, rel=1e-12)
+    # sizes beyond float precision (README: integer ceilings, not math.ceil(a / b)): 2**60 + 1 rows need 2**53 + 1 tiles
+    big = sel.grid(2**60 + 1, 128, 2**62 + 1, C(128, 128, 64, split_k=2))
+    assert (big.tiles_m, big.k_iters) == (2**53 + 1, 2**55 + 1), big
     # a 7 x 19 tile grid under a 2 x 1 cluster launches 8 x 19
     g = sel.grid(896, 2432, 4096, C(128, 128, 64, 2, 1))
     assert (g.tiles_m, g.tiles_n, g.ctas) == (8, 19, 152)
@@ -231,6 +234,14 @@ def test_stages_match_cutlass_formula(lesson):
         assert sel.stage_bytes(c, dt) == ref_stage_bytes(bm, bn, bk, dt), (c, dt)
         assert sel.stages_that_fit(c, dt, reserve, cap) == ref_stages(bm, bn, bk, dt, reserve, cap), (c, dt, reserve, cap)
         assert sel.stages_that_fit(c) == ref_stages(bm, bn, bk, 2, ref_reserve(bm), SMEM_BLOCK), c
+    # capacities that are not a multiple of 128 B lose their tail even when whole stages would fit into it:
+    # 7 stages of 32784 B = 229488 B, but floor(229488 / 128) * 128 = 229376 leaves room for 6
+    for bm, bn, bk, dt, reserve, cap in [(128, 128, 64, 2, 0, 229488), (128, 128, 64, 2, 4096, 229488 + 4096),
+                                         (64, 64, 64, 2, 0, 14 * 16400 + 20)]:
+        c = sel.Config(bm, bn, bk)
+        want = ref_stages(bm, bn, bk, dt, reserve, cap)
+        assert want < (cap - ceil_div(reserve, 128) * 128) // ref_stage_bytes(bm, bn, bk, dt)  # the case bites
+        assert sel.stages_that_fit(c, dt, reserve, cap) == want, (c, dt, reserve, cap)
     # values of CUTLASS v4.2.0's constexpr compute_stage_count_or_override (bf16, compiled with g++)
     for bm, bn, bk, reserve, stages in [(64, 64, 64, 0, 14), (128, 128, 64, 0, 7), (128, 128, 64, 16384, 6),
                                         (128, 256, 64, 16384, 4), (64, 64, 32, 100, 28), (128, 128, 128, 16384, 3)]:
