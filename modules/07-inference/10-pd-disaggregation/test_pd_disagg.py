@@ -67,6 +67,24 @@ def check_results(pd, requests, results):
             assert res.tpot >= 0.9 * STEP_S
 
 
+@pytest.mark.points(0.5)
+def test_the_router_does_not_wait_for_one_prefill_before_dispatching_the_next(pd, workers):
+    """Six single-token requests on a prefill worker that takes PREFILL_S each and runs 4 at a time: dispatching
+    everything first gives TTFTs of about one or two PREFILL_S; a router that waits for each prefill before sending
+    the next request makes the last TTFT about 6 * PREFILL_S."""
+    PREFILL_S = 0.2
+    if "slow_prefill" not in _STATE:
+        _STATE["slow_prefill"] = pd.make_workers(1, 0, prefill_s=PREFILL_S, step_s=STEP_S)[0]
+        stats(_STATE["slow_prefill"])  # the actor is up before the clock starts
+    requests = make_requests(pd, 3, 6, lengths=[4, 8], max_tokens=[1])
+    results = pd.Router(_STATE["slow_prefill"], workers[1]).serve(requests)
+    check_results(pd, requests, results)
+    worst = max(res.ttft for res in results.values())
+    assert worst < 4 * PREFILL_S, (
+        f"worst TTFT {worst:.2f} s with {len(requests)} prefills of {PREFILL_S} s that can run 4 at a time: "
+        "the router waited for a prefill before dispatching the next request (prefills serialised)")
+
+
 @pytest.mark.points(1.5)
 def test_requests_match_the_reference_and_kv_goes_prefill_to_decode(pd, workers):
     prefill, decode = workers
@@ -121,24 +139,6 @@ def test_a_killed_decode_worker_loses_no_request(pd, workers):
         assert got == want, f"{r.req_id}: decode_attempts {got}, but it was dispatched {want} time(s)"
     prefills = sum(b["prefills"] - a["prefills"] for a, b in zip(p0, stats(prefill)))
     assert len(requests) <= prefills <= len(requests) + len(router.resent)
-
-
-@pytest.mark.points(0.5)
-def test_the_router_does_not_wait_for_one_prefill_before_dispatching_the_next(pd, workers):
-    """Six single-token requests on a prefill worker that takes PREFILL_S each and runs 4 at a time: dispatching
-    everything first gives TTFTs of about one or two PREFILL_S; a router that waits for each prefill before sending
-    the next request makes the last TTFT about 6 * PREFILL_S."""
-    PREFILL_S = 0.2
-    if "slow_prefill" not in _STATE:
-        _STATE["slow_prefill"] = pd.make_workers(1, 0, prefill_s=PREFILL_S, step_s=STEP_S)[0]
-        stats(_STATE["slow_prefill"])  # the actor is up before the clock starts
-    requests = make_requests(pd, 3, 6, lengths=[4, 8], max_tokens=[1])
-    results = pd.Router(_STATE["slow_prefill"], workers[1]).serve(requests)
-    check_results(pd, requests, results)
-    worst = max(res.ttft for res in results.values())
-    assert worst < 4 * PREFILL_S, (
-        f"worst TTFT {worst:.2f} s with {len(requests)} prefills of {PREFILL_S} s that can run 4 at a time: "
-        "the router waited for a prefill before dispatching the next request (prefills serialised)")
 
 
 def test_ttft_and_tpot_follow_their_definitions(pd):
