@@ -140,7 +140,8 @@ def composition(a: Layout, b) -> Layout:
 
     b is a Layout; or a tiler: an int n (meaning n:1), None (leave that mode of a alone), or a tuple of
     tilers, applied by-mode: mode i of a composed with b[i], modes of a beyond len(b) kept as they are.
-    Raises ValueError when CuTe's admissibility conditions fail (see _compose_1d).
+    Raises ValueError when CuTe's admissibility conditions fail (see _compose_1d), and for a tiler tuple
+    longer than the rank of a.
     """
     ### HINT: dispatch only; a Layout b with a tuple shape distributes: a o (b0, b1, ...) = (a o b0, a o b1, ...)
     ### BEGIN SOLUTION

@@ -360,6 +360,8 @@ def test_composition_rejects_inadmissible_layouts(lesson):
     a = pycute.Layout((12, (4, 8)), (59, (13, 1)))
     cases.append((a, (pycute.Layout(3, 4), pycute.Layout(6, 1))))  # by-mode: 6:1 against (4,8):(13,1)
     cases += PAIR_ERRORS + TILER_ERRORS
+    # a tiler of higher rank than A (pycute asserts len(A) >= len(B)); the README asks for a ValueError
+    cases += [(pycute.Layout((4, 6), (1, 4)), (2, 3, None)), (pycute.Layout(8, 1), (pycute.Layout(2, 1), 2))]
     for a, b in cases:
         assert classify(a, b)[0] == "error"
         with pytest.raises(ERRORS):
