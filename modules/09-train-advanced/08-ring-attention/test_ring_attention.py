@@ -57,6 +57,7 @@ def test_zigzag_positions(lesson):
 
 def test_merge_partial_equals_attention_over_the_union(lesson):
     mod = lesson.load("ring_attention.py")
+    inf_ = math.inf
     g = torch.Generator().manual_seed(8)
     m, j, d, dv = 7, 13, 4, 3
     q = torch.randn(m, d, generator=g, dtype=torch.float64) * 3
@@ -72,11 +73,29 @@ def test_merge_partial_equals_attention_over_the_union(lesson):
         for i in order:
             sl = slice(parts[i], parts[i + 1])
             bo, bl = mod.block_attention(q, k[sl], v[sl], q_pos, k_pos[sl], 0.9, True)
-            out, lse = mod.merge_partial(out, lse, bo, bl)
+            args = (out, lse, bo, bl)
+            kept = [a.clone() for a in args]
+            out, lse = mod.merge_partial(*args)
+            assert all(torch.equal(a, b) for a, b in zip(args, kept)), \
+                "merge_partial changed a tensor it was given: return new tensors, leave the arguments alone"
             assert not torch.isnan(out).any() and not torch.isnan(lse).any(), \
                 "NaN after a merge: rows whose lse is still -inf on both sides must stay 0 / -inf"
         torch.testing.assert_close(out, want_o, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(lse, want_l, rtol=1e-10, atol=1e-12)
+    # large log-sum-exps (e^lse overflows float64 above ~709): the merge must stay finite and exact
+    out_a = torch.randn(4, dv, generator=g, dtype=torch.float64)
+    out_b = torch.randn(4, dv, generator=g, dtype=torch.float64)
+    lse_a = torch.tensor([800.0, 1000.0, -inf_, 3.0], dtype=torch.float64)
+    lse_b = torch.tensor([801.5, -inf_, 1200.0, 2.0], dtype=torch.float64)
+    top = torch.maximum(lse_a, lse_b)
+    wa, wb = torch.exp(lse_a - top), torch.exp(lse_b - top)  # independent: shift by the larger side
+    want_l = top + torch.log(wa + wb)
+    want_o = (wa[:, None] * out_a + wb[:, None] * out_b) / (wa + wb)[:, None]
+    o, lse = mod.merge_partial(out_a, lse_a, out_b, lse_b)
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all(), \
+        f"merge of lse around 1000 overflowed: lse {lse.tolist()} (do not form e^lse directly)"
+    torch.testing.assert_close(o, want_o, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(lse, want_l, rtol=1e-12, atol=1e-12)
     # two fully masked partials: stays empty
     neg = torch.full((3,), -math.inf, dtype=torch.float64)
     o, lse = mod.merge_partial(torch.zeros(3, 2, dtype=torch.float64), neg,
