@@ -90,13 +90,33 @@ def _tu_flags(variant: str) -> list[str]:
     - every build: -fsanitize=alignment without recovery, so a load or store through a T* at an address that is
       not a multiple of alignof(T) (a float4 that is not 16-byte aligned) calls the runtime's
       __ubsan_handle_type_mismatch_v1_abort, which reports it (`misaligned`) as a GPU faults on it;
+    - every build: -ftrivial-auto-var-init=pattern, so a local the kernel reads before writing it (`float acc[4][4];`
+      without `= {}`) holds 0xFE bytes (about -1.7e38 as a float) instead of the zeros of a fresh fiber stack: on a
+      GPU such a register holds whatever was there, and here the mistake shows in every run, not by chance;
     - the race build: TSan instrumentation of every access, and -fno-tree-sra: without it g++ splits a float4 copied
       into a local into four 4-byte loads, and the traffic counters would see four loads where nvcc makes one
       16-byte load (LDG.128)."""
-    out = ["-fsanitize=alignment", "-fno-sanitize-recover=alignment"]
+    out = ["-fsanitize=alignment", "-fno-sanitize-recover=alignment", *_pattern_init_flags()]
     if variant == "race":
         out += _tsan_flags() + ["-fno-tree-sra"]
     return out
+
+
+@functools.cache
+def _pattern_init_flags() -> tuple[str, ...]:
+    """-ftrivial-auto-var-init=pattern where the compiler has it (GCC >= 12, Clang >= 8), else nothing: an older
+    compiler still builds the kernels, with uninitialised locals left to the stack's zeros."""
+    flag = "-ftrivial-auto-var-init=pattern"
+    with tempfile.TemporaryDirectory(prefix="hpccuda-init-") as d:
+        c = os.path.join(d, "t.cpp")
+        with open(c, "w") as fh:
+            fh.write("int f(int x) { int y[4]; y[x & 3] = x; return y[0]; }\n")
+        try:
+            r = subprocess.run([compiler(), flag, "-c", c, "-o", os.path.join(d, "t.o")], capture_output=True,
+                               timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return ()
+    return (flag,) if r.returncode == 0 else ()
 
 
 @functools.cache

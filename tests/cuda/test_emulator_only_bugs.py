@@ -183,3 +183,30 @@ def test_divergent_syncthreads(bugs):
     assert "16 threads (0..15)" in str(e.value) and "48 threads (16..63)" in str(e.value)
     assert e.value.line in (line_of("__syncthreads();", after="divergent_barrier"),
                             line_of("__syncthreads();", after="x[threadIdx.x] += 1.0f"))
+
+
+UNINIT_LOCAL = r"""
+extern "C" __global__ void sum4(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float acc[4]  INIT;  // a per-thread accumulator (registers on a GPU)
+    for (int k = 0; k < 4; ++k) acc[k] += x[4 * i + k];
+    y[i] = acc[0] + acc[1] + acc[2] + acc[3];
+}
+"""
+
+
+@pytest.mark.skipif(not cuda.cpu._pattern_init_flags(), reason="compiler without -ftrivial-auto-var-init=pattern")
+def test_uninitialised_local_accumulator_is_wrong_in_every_run(tmp_path: Path):
+    """Fresh fiber stacks are zero, so `float acc[4];` would sum correctly by luck; pattern init makes it wrong."""
+    x = rng.standard_normal(4 * 37).astype(np.float32)
+    expect = x.reshape(37, 4).sum(axis=1)
+    for init, ok in (("", False), ("= {}", True)):
+        src = tmp_path / f"sum4_{int(ok)}.cu"
+        src.write_text(UNINIT_LOCAL.replace("INIT", init))
+        mod = cuda.load(src, backend="cpu", timeout=10)
+        y = np.full(37, np.nan, np.float32)
+        mod.sum4[(2,), (32,)](x, y, 37)
+        assert np.allclose(y, expect, rtol=1e-5) == ok
+        if not ok:
+            assert np.all(np.abs(y) > 1e37)  # 0xFEFEFEFE as a float is about -1.7e38
