@@ -181,6 +181,13 @@ def test_floats_keep_nan_inf_and_signed_zero(canon, dags):
 @pytest.mark.points(1)
 def test_folding_equals_mlirs_folder(canon, dags):
     """c1 + c2 and c1 * c2 at the extremes of i8..i64: the folded constant equals arith's folder (mod 2^w)."""
+    for w in (8, 16, 32, 64):  # wrap() itself: the SIGNED value, exactly at the sign boundary too
+        half, full = 1 << (w - 1), 1 << w
+        for v in (half, half - 1, half + 1, -half, -half - 1, full, full - 1, -1, 0, 3 * full + 5, -full - 7,
+                  half * half + half):
+            want = int.from_bytes((v % full).to_bytes(w // 8, "little"), "little", signed=True)
+            got = canon.wrap(v, w)
+            assert got == want, f"wrap({v}, {w}) = {got}: the signed {w}-bit two's-complement value is {want}"
     rng = random.Random(11)
     funcs, want_names = [], []
     for t, w in dags.INT_WIDTHS.items():
@@ -356,8 +363,61 @@ def xdsl_patterns(log):
             Counting(SignlessIntegerBinaryOperationZeroOrUnitRight(), 1, log)]
 
 
+class Log(RewritePattern):
+    """Never rewrites: records the order in which the driver visits the ops."""
+
+    def __init__(self, log):
+        self.log, self.benefit = log, 1
+
+    def match_and_rewrite(self, op, rewriter: PatternRewriter, /):
+        self.log.append(op)
+
+
+class KillNext(RewritePattern):
+    """On an op tagged `killer`: erases the op right after it (an op still waiting on the worklist)."""
+
+    benefit = 2
+
+    def match_and_rewrite(self, op, rewriter: PatternRewriter, /):
+        if "killer" in op.attributes and isinstance(op.next_op, arith.MuliOp):
+            rewriter.erase(op.next_op)
+
+
 @pytest.mark.points(1)
 def test_driver_benefit_count_and_limit(canon):
+    # the initial worklist: program order, or random.Random(seed)'s shuffle of it; nothing else reorders it
+    src = """func.func @f(%x: i32, %y: i32) -> i32 {
+  %a = arith.addi %x, %y : i32
+  %b = arith.muli %a, %y : i32
+  %c = arith.addi %b, %x : i32
+  %d = arith.muli %c, %c : i32
+  return %d : i32
+}"""
+    for seed in (None, 7, 8):
+        module = canon.parse(src)
+        initial = [op for op in module.walk() if op is not module]
+        if seed is not None:
+            random.Random(seed).shuffle(initial)
+        for _ in range(2):  # the same seed twice: the same order
+            log = []
+            result = canon.apply_greedily(module, [Log(log)], seed=seed)
+            assert (result.rewrites, result.converged) == (0, True), f"nothing applies: 0 rewrites, got {result}"
+            assert [op.name for op in log] == [op.name for op in initial] and all(
+                a is b for a, b in zip(log, initial)), (
+                f"seed {seed}: visit order {[op.name for op in log]}, expected "
+                f"{[op.name for op in initial]} (program order, shuffled by random.Random(seed))")
+    # an op erased while it still waits on the worklist is never visited
+    killer = """func.func @k(%x: i32) -> i32 {
+  %a = arith.addi %x, %x {killer} : i32
+  %b = arith.muli %x, %x : i32
+  return %a : i32
+}"""
+    log = []
+    module = canon.parse(killer)
+    result = canon.apply_greedily(module, [KillNext(), Counting(Log([]), 1, log)])
+    assert (result.rewrites, result.converged) == (1, True), f"1 rewrite expected, got {result}"
+    assert not any(isinstance(op, arith.MuliOp) for op in module.walk())
+
     src = """func.func @f(%x: i32, %y: i32) -> i32 {
   %a = arith.addi %x, %y : i32
   %b = arith.addi %a, %y : i32
