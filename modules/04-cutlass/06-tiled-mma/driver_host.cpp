@@ -104,8 +104,9 @@ template <>
 struct cute::MMA_Traits<EmulatedMma> : Sm80Traits {};
 
 // Run f(tid) for tid in [0, n) as n threads, grouped in warps of 32 that share a meeting point.
+// Returns the number of emulated mma.sync calls each warp made.
 template <class F>
-static void run_threads(int n, F f) {
+static std::vector<long> run_threads(int n, F f) {
   std::vector<WarpMeeting> warps((n + 31) / 32);
   std::vector<std::thread> threads;
   for (int t = 0; t < n; ++t)
@@ -115,6 +116,9 @@ static void run_threads(int n, F f) {
       f(t);
     });
   for (auto& th : threads) th.join();
+  std::vector<long> rounds;
+  for (auto& w : warps) rounds.push_back(w.round);
+  return rounds;
 }
 
 static uint32_t mix(uint32_t x) {  // a small integer hash for reproducible inputs
@@ -195,7 +199,10 @@ static void cta_gemm(TiledMma const& mma) {
   Tensor gA = make_tensor(A.data(), make_layout(make_shape(Int<BM>{}, Int<BK>{}), make_stride(LDA, Int<1>{})));
   Tensor gB = make_tensor(B.data(), make_layout(make_shape(Int<BN>{}, Int<BK>{}), make_stride(LDB, Int<1>{})));
   Tensor gD = make_tensor(D.data(), make_layout(make_shape(Int<BM>{}, Int<BN>{}), make_stride(LDC, Int<1>{})));
-  run_threads(threads, [&](int tid) { lesson::cta_gemm(mma, gA, gB, gD, tid); });
+  std::vector<long> rounds = run_threads(threads, [&](int tid) { lesson::cta_gemm(mma, gA, gB, gD, tid); });
+  std::printf("mma_rounds");
+  for (long r : rounds) std::printf(" %ld", r);
+  std::printf("\n");
   std::vector<float> Af(A.begin(), A.end()), Bf(B.begin(), B.end());
   std::printf("gemm %d %d %d\n", BM, BN, BK);
   print_rows("gA", Af.data(), BM, BK, LDA);

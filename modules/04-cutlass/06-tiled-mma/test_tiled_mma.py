@@ -83,6 +83,8 @@ def _parse(out: str) -> Run:
             m, n, k = gemm_shape
             shape = {"gA": (m, k), "gB": (n, k), "gC": (m, n), "gD": (m, n)}[head]
             run.gemm[head[1]] = np.array(rest.split(), dtype=np.float64).reshape(shape)
+        elif head == "mma_rounds":
+            run.gemm["mma_rounds"] = np.array(rest.split(), dtype=np.int64)
         elif head == "outside":
             run.gemm["outside"] = np.array(int(rest))
         elif head == "todo":
@@ -212,6 +214,10 @@ def test_cta_gemm_through_the_partitions_equals_numpy(run):
     assert bad.size == 0, (f"C += A*B^T for the 64x64x32 tile: {len(bad)} of {d.size} elements wrong, first (row, col) "
                            f"= {tuple(int(x) for x in bad[0])}: got {d[tuple(bad[0])]}, want {want[tuple(bad[0])]}")
     assert int(run.gemm["outside"]) == 0, "elements of C outside the 64x64 tile (its padding columns) changed"
+    # the tile must go through the TiledMMA's atoms: 64*64*32 / (16*8*16) = 64 mma.sync, 16 per warp, each once
+    rounds = run.gemm["mma_rounds"].tolist()
+    assert rounds == [16, 16, 16, 16], (f"emulated mma.sync calls per warp: {rounds}, want 16 each "
+                                        "(one per 16x8x16 atom of the warp's part of the 64x64x32 tile, through gemm)")
 
 
 @pytest.mark.requires("cute-gpu")
