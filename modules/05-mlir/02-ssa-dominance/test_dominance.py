@@ -80,14 +80,33 @@ def nx_graph(succ):
     return g
 
 
-def nx_idom(succ) -> list[int | None]:
-    got = nx.immediate_dominators(nx_graph(succ), 0)
-    return [None if b == 0 else got.get(b) for b in range(len(succ))]  # networkx < 3.5 also lists 0 -> 0
+def nx_idom(succ, entry: int = 0) -> list[int | None]:
+    got = nx.immediate_dominators(nx_graph(succ), entry)
+    return [None if b == entry else got.get(b) for b in range(len(succ))]  # networkx < 3.5 also lists e -> e
 
 
-def nx_frontiers(succ) -> list[set[int]]:
-    got = nx.dominance_frontiers(nx_graph(succ), 0)
+def nx_frontiers(succ, entry: int = 0) -> list[set[int]]:
+    got = nx.dominance_frontiers(nx_graph(succ), entry)
     return [set(got.get(b, ())) for b in range(len(succ))]
+
+
+def relabelled_cfgs():
+    """The named CFGs and 40 random ones with their blocks renumbered so that the entry is NOT block 0: the
+    `entry` argument must be honoured (a function that always starts at block 0 gets other dominators)."""
+    rng = random.Random(SEED + 1)
+    cases = list(NAMED_CFGS.items()) + [(f"random#{i}", random_cfg(rng, rng.randint(2, 30))) for i in range(40)]
+    out = []
+    for name, succ in cases:
+        n = len(succ)
+        perm = list(range(n))  # old block -> new label
+        rng.shuffle(perm)
+        if n > 1 and perm[0] == 0:
+            perm[0], perm[1] = perm[1], perm[0]
+        new = [[] for _ in range(n)]
+        for b, ss in enumerate(succ):
+            new[perm[b]] = [perm[s] for s in ss]
+        out.append((f"{name} (entry = block {perm[0]})", new, perm[0]))
+    return out
 
 
 def pure_cfgs():
@@ -323,6 +342,10 @@ def test_immediate_dominators_equal_networkx(lesson):
         got = list(dom.immediate_dominators(succ, 0))
         want = nx_idom(succ)
         assert got == want, f"{name}: succ = {succ}\nidom = {got}\nnetworkx: {want}"
+    for name, succ, entry in relabelled_cfgs():
+        got = list(dom.immediate_dominators(succ, entry))
+        want = nx_idom(succ, entry)
+        assert got == want, f"{name}: succ = {succ}, entry = {entry}\nidom = {got}\nnetworkx: {want}"
 
 
 @pytest.mark.points(1)
@@ -332,6 +355,10 @@ def test_dominance_frontiers_equal_networkx(lesson):
         got = [set(d) for d in dom.dominance_frontiers(succ, nx_idom(succ), 0)]
         want = nx_frontiers(succ)
         assert got == want, f"{name}: succ = {succ}\nDF = {got}\nnetworkx: {want}"
+    for name, succ, entry in relabelled_cfgs():
+        got = [set(d) for d in dom.dominance_frontiers(succ, nx_idom(succ, entry), entry)]
+        want = nx_frontiers(succ, entry)
+        assert got == want, f"{name}: succ = {succ}, entry = {entry}\nDF = {got}\nnetworkx: {want}"
 
 
 @pytest.mark.points(1)
