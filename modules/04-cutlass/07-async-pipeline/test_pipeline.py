@@ -74,8 +74,8 @@ def test_no_hazard_under_random_interleavings(sim, pl):
         lo_c, hi_c = rng.choice([(0, 3), (1, 10), (10, 40)])
         what = f"case {case}: S={S}, K={K}, L in [{lo_l},{hi_l}], C in [{lo_c},{hi_c}], random policy"
         run = sim.run_pipeline(pl, S, K, jitter(rng, lo_l, hi_l, K), jitter(rng, lo_c, hi_c, K),
-                               policy="random", seed=case)
-        check_run(run, S, K, what)
+                               policy="random", seed=case, tile_bytes=(8192, 32768, 49152)[case % 3])
+        check_run(run, S, K, what + f", {(8192, 32768, 49152)[case % 3]} bytes per tile")
 
 
 @pytest.mark.points(1)
@@ -124,7 +124,7 @@ def test_barrier_phases_count_the_laps(sim, pl):
     """After the run each full and each empty barrier of stage s has completed exactly one phase per tile that went
     through s (ceil((K - s)/S)): one producer arrival + the tile's bytes, one consumer release."""
     for S, K in [(1, 5), (3, 7), (4, 4), (4, 13), (6, 2)]:
-        run = sim.run_pipeline(pl, S, K, 3, 2, policy="random", seed=S * 100 + K)
+        run = sim.run_pipeline(pl, S, K, 3, 2, policy="random", seed=S * 100 + K, tile_bytes=1024 * (S + K))
         for s in range(S):
             laps = len(range(s, K, S))
             assert (run.full[s].phase, run.full[s].pending, run.full[s].tx) == (laps, 1, 0), (
