@@ -279,6 +279,14 @@ def test_ctas_per_sm_and_concurrency(lesson):
         assert sel.smem_per_cta(c, hw) == smem
         assert sel.ctas_per_sm(c, hw) == SMEM_SM // (smem + 1024), c
         assert sel.concurrent_ctas(c, hw) == e["concurrent"], (c, hw["sms"])
+    # other shared-memory sizes: the SM's capacity and the per-block reserve come from hw (A100-like; made up)
+    for smem_sm, smem_block in [(164 * 1024, 163 * 1024), (100 * 1024, 98 * 1024)]:
+        hw = hw_dict(smem_per_sm=smem_sm, smem_per_block=smem_block)
+        for bm, bn, bk, st in [(64, 64, 64, 2), (128, 128, 32, None), (64, 32, 32, 3), (128, 64, 64, 2)]:
+            c = sel.Config(bm, bn, bk, stages=st)
+            stages = st if st is not None else ref_stages(bm, bn, bk, 2, ref_reserve(bm), smem_block)
+            smem = stages * ref_stage_bytes(bm, bn, bk, 2) + ceil_div(ref_reserve(bm), 128) * 128
+            assert sel.ctas_per_sm(c, hw) == smem_sm // (smem + smem_sm - smem_block), (c, smem_sm, smem_block)
     # 64 x 64 x 64 with 2 stages: 2 * 16400 + 8192 B per CTA -> 5 CTAs per SM, 660 on the GPU
     c = sel.Config(64, 64, 64, stages=2)
     assert (sel.ctas_per_sm(c), sel.concurrent_ctas(c)) == (5, 660)
@@ -300,7 +308,8 @@ def test_modelled_time_is_the_stated_model(lesson):
         cm, cn = rng.choice([(1, 1), (2, 1), (1, 2), (2, 2)])
         c = sel.Config(bm, bn, rng.choice([32, 64, 128]), cm, cn, rng.choice([1, 2, 3, 4, 8, 16]),
                        rng.choice([None, None, 2, 3, 4, 1, 30]))
-        hw = hw_dict(sms=rng.choice([132, 132, 7]), fill=rng.choice([10e12, 3e12]))
+        hw = hw_dict(sms=rng.choice([132, 132, 7]), fill=rng.choice([10e12, 3e12]),
+                     dram=(DRAM_BW, 3.35e12)[_i % 2], peak=(PEAK, 1979e12)[(_i // 2) % 2])  # every hw key is used
         want, got = ref_model(M, N, K, c, hw), sel.modelled_time(M, N, K, c, hw)
         if math.isinf(want["total"]):
             assert math.isinf(got.total), (M, N, K, c, "cannot run: fewer than 2 stages or no room on an SM")
