@@ -253,7 +253,8 @@ def ctaid_x_is_scaled_by(ptx, cols):
 
 @pytest.mark.points(1)
 def test_ptx_is_an_sm90_kernel_reading_the_mapped_indices(gl):
-    for shape, block in [((37, 53, 29), tuple(gl.block_shape())), ((37, 53, 29), (3, 5)), ((5, 130, 7), (4, 64)), ((37, 53, 29), (1, 128))]:
+    for shape, block in [((37, 53, 29), tuple(gl.block_shape())), ((37, 53, 29), (3, 5)), ((5, 130, 7), (4, 64)), ((37, 53, 29), (1, 128)),
+                         ((5, 130, 7), (8, 32))]:  # (1, 128): tid.y and ctaid.x folded; (8, 32) on 5 rows: ctaid.y folded
         ptx = ptx_text(gl, shape, block)
         what = f"PTX for {shape}, block {block}"
         assert re.search(r"^\.version 8\.0$", ptx, re.M), f"{what}: not PTX ISA 8.0"
