@@ -239,20 +239,29 @@ def _check_blank(entry: dict[str, Any], res: LessonCheck) -> None:
             res.fail(f"blank {q['id']} scores {_score(q)} with an empty answers.yaml")
 
 
-def _check_mutant(i: int, m: manifest.Mutant, lesson: manifest.Lesson, stage: Path, rel: str,
-                  runner: Runner, report: Path) -> MutantCheck:
+def _run_edited(m: manifest.Mutant, lesson: manifest.Lesson, stage: Path, rel: str, runner: Runner,
+                report: Path, extra: Sequence[str] = ()) -> tuple[str, dict[str, Any] | None, str]:
+    """Apply a mutant's or an alternative's edit to the staged copy, run the lesson's code tests, undo the edit.
+    Returns (why the edit does not apply, or "", the lesson's report entry or None, pytest's output)."""
     target = stage / rel / m.file
     original = target.read_bytes()
     text = original.decode("utf-8")
     found = text.count(m.find)
     if found != m.count:
-        return MutantCheck(i, m.why, "count", f"find text occurs {found} time(s), count = {m.count}")
+        return f"find text occurs {found} time(s), count = {m.count}", None, ""
     target.write_text(text.replace(m.find, m.replace), encoding="utf-8")
     try:
-        args = [f"{rel}/{t}" for t in lesson.tests] + ["-x"]
-        entry, output = runner.run(stage, args, lesson.id, report)
+        entry, output = runner.run(stage, [f"{rel}/{t}" for t in lesson.tests] + list(extra), lesson.id, report)
     finally:
         target.write_bytes(original)
+    return "", entry, output
+
+
+def _check_mutant(i: int, m: manifest.Mutant, lesson: manifest.Lesson, stage: Path, rel: str,
+                  runner: Runner, report: Path) -> MutantCheck:
+    bad_count, entry, output = _run_edited(m, lesson, stage, rel, runner, report, ["-x"])
+    if bad_count:
+        return MutantCheck(i, m.why, "count", bad_count)
     if entry is None:
         if output.startswith("timed out"):
             return MutantCheck(i, m.why, "caught", f"the run {output}")
@@ -274,17 +283,9 @@ def _check_mutant(i: int, m: manifest.Mutant, lesson: manifest.Lesson, stage: Pa
 
 def _check_alternative(i: int, alt: manifest.Mutant, lesson: manifest.Lesson, stage: Path, rel: str,
                        runner: Runner, report: Path) -> AlternativeCheck:
-    target = stage / rel / alt.file
-    original = target.read_bytes()
-    text = original.decode("utf-8")
-    found = text.count(alt.find)
-    if found != alt.count:
-        return AlternativeCheck(i, alt.why, "count", f"find text occurs {found} time(s), count = {alt.count}")
-    target.write_text(text.replace(alt.find, alt.replace), encoding="utf-8")
-    try:
-        entry, output = runner.run(stage, [f"{rel}/{t}" for t in lesson.tests], lesson.id, report)
-    finally:
-        target.write_bytes(original)
+    bad_count, entry, output = _run_edited(alt, lesson, stage, rel, runner, report)
+    if bad_count:
+        return AlternativeCheck(i, alt.why, "count", bad_count)
     if entry is None:
         return AlternativeCheck(i, alt.why, "error", output)
     code = entry["code"]
