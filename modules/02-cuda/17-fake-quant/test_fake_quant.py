@@ -324,7 +324,8 @@ def test_single_pass_and_coalesced(lesson):
     block = 128
     # (2, 5, 1000): long rows; (40, 2, 64): more rows (outer) than a warp has lanes, so lanes that walk the
     # channel's rows (o) instead of its elements within a row (j) touch 32 sectors per request
-    for shape in (shape, (40, 2, 64)):
+    shapes = (shape, (40, 2, 64))
+    for shape in shapes:
         s, z = _qparams(rng, shape[1], qmin, qmax, tiny_huge=False)
         x = _values(rng, shape, s, z, qmin, qmax)
         dy = _grad(rng, shape)
