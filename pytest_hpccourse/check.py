@@ -54,18 +54,16 @@ _LESSON_DIR = re.compile(r"^\d{2}-")  # lesson folders are NN-slug
 
 @dataclass
 class MutantCheck:
+    """The outcome of one edit: a mutant (result caught | survived | count | unproven | error) or an
+    alternative (kept | lost | count | unproven | error)."""
+
     index: int
     why: str
-    result: str  # caught | survived | count | unproven | error
+    result: str
     detail: str = ""
 
 
-@dataclass
-class AlternativeCheck:
-    index: int
-    why: str
-    result: str  # kept | lost | count | unproven | error
-    detail: str = ""
+AlternativeCheck = MutantCheck
 
 
 @dataclass
