@@ -5,7 +5,8 @@ Per lesson (`lesson_reasons`):
   and the grader gives full points to equivalent rewrites of the key that this module generates;
 - mutants and alternatives: every occurrence of their `find` text lies inside a solution region;
 - alternatives: a README that says another approach is also right has an `[[alternatives]]` entry;
-- hints: the lesson README does not hold two consecutive non-trivial lines of a solution region.
+- hints: the lesson README does not hold two consecutive non-trivial lines of a solution region;
+- giveaways: the README carries no question tags and prints no numeric key or keyed option (`giveaways.py`).
 Across lessons (`audit_course`):
 - per module, keyed letters of `choice` / `multi` questions are spread and the keyed option is not
   the longest option by habit (`ModuleStats`);
@@ -23,7 +24,6 @@ import itertools
 import random
 import re
 import sys
-import unicodedata
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import answers, formula, manifest, rubric
+from . import answers, formula, giveaways, manifest, rubric
 from .manifest import Lesson, Question
 from .regions import RegionError, find_regions
 
@@ -444,9 +444,10 @@ def hint_reasons(lesson: Lesson) -> list[str]:
 
 def lesson_reasons(lesson: Lesson, formula_points: int = 24) -> list[str]:
     """Every per-lesson static rule: formula keys, mutants and alternatives in solution regions,
-    README hints, README "also right" claims backed by alternatives."""
+    README hints, README "also right" claims backed by alternatives, questions the README answers."""
     reasons = [r for q in lesson.questions for r in formula_reasons(q, formula_points)]
-    return reasons + mutant_reasons(lesson) + hint_reasons(lesson) + alternative_reasons(lesson)
+    return (reasons + mutant_reasons(lesson) + hint_reasons(lesson) + alternative_reasons(lesson)
+            + giveaways.giveaway_reasons(lesson))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,8 +529,7 @@ def _pct(n: float, total: float = 1.0) -> str:
 def normalize_prompt(text: str) -> str:
     """NFKC (fullwidth -> halfwidth), casefold, punctuation (Unicode category P*) and whitespace
     dropped: "X？（y）" and "x? (Y)" normalise alike, whichever side of a bracket has a space."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(c for c in text if not unicodedata.category(c).startswith("P") and not c.isspace())
+    return giveaways.normalize(text)
 
 
 def formula_fingerprints(q: Question) -> list[tuple[int, tuple[str, ...]]]:
