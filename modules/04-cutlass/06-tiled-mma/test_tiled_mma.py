@@ -8,7 +8,8 @@ independent references for the ownership maps, each for all 32 lanes x every val
   c_i;
 - CuTe C++'s MMA_Traits<SM80_16x8x16_F32F16F16F32_TN> (ALayout, BLayout, CLayout), printed by the driver;
 - the CuTe DSL's MmaF16BF16Op(Float16, Float32, (16, 8, 16)) tv_layout_A/B/C (evaluated with pycute).
-The TiledMMA is compared with the DSL's make_tiled_mma(op, (2, 2, 1), permutation_mnk=(32, 32, 16)).tv_layout_C_tiled.
+The TiledMMA's C partition is compared with the contract (warps column-major, the PTX table per warp) and with
+the DSL's make_tiled_mma(op, (2, 2, 1), permutation_mnk=(32, 32, 16)).tv_layout_C_tiled.
 Numerics: the driver's inputs are multiples of 1/8 in [-1, 1], so every product and partial sum is exact in fp32 and
 D must equal numpy's float64 A @ B + C exactly (no tolerance needed, and a single misplaced value shows). The host
 emulates mma.sync from CuTe's traits with the 32 lanes of a warp as threads; on a GPU (driver_gpu.cu) the same code
@@ -203,6 +204,36 @@ def test_tiled_mma_c_partition_matches_the_dsl(run):
         t, v = int(bad[0]) % 128, int(bad[0]) // 128
         pytest.fail(f"thread {t} value {v} owns C (m, n) = ({got[bad[0]] % 32}, {got[bad[0]] // 32}) in your "
                     f"TiledMMA {run.tiled['layout']}, ({want[bad[0]] % 32}, {want[bad[0]] // 32}) in the DSL's {text}")
+
+
+def contract_tv_c(i: int) -> int:
+    """The contract's TiledMMA, C's TV layout at flat index i = thread + 128 * value, as m + 32 * n: warp w of the
+    2 x 2 warps sits at (w % 2, w // 2) (column-major, CuTe's default stride), each warp's 16 x 8 atom owns C by the
+    PTX table, and the 32 x 32 x 16 permutation repeats the atom once along N (value v = atom value + 4 * repeat)."""
+    t, v = i % 128, i // 128
+    warp, lane = divmod(t, 32)
+    row, col = ptx_table("C", lane, v % 4)
+    m = 16 * (warp % 2) + row
+    n = 8 * (warp // 2) + col + 16 * (v // 4)
+    return m + 32 * n
+
+
+@pytest.mark.points(1)
+def test_tiled_mma_c_partition_matches_the_contract(run):
+    # the DSL test below checks the same layout where the CuTe DSL is installed; this one needs only the PTX table
+    _needs_tiled(run)
+    assert run.tiled["threads"] == 128, f"the TiledMMA has {run.tiled['threads']} threads; 2 x 2 warps are 128"
+    assert run.tiled["tile"] == (32, 32, 16), (f"the TiledMMA covers {run.tiled['tile']} per step; the contract's "
+                                               f"2 x 2 warps permuted to 32 x 32 x 16")
+    got = run.tiled["tv"]
+    want = np.array([contract_tv_c(i) for i in range(128 * 8)])  # 32 x 32 elements of C
+    assert got.shape == want.shape, f"your C TV layout {run.tiled['layout']} has {got.size} entries, want 1024"
+    bad = np.flatnonzero(got != want)
+    if bad.size:
+        t, v = int(bad[0]) % 128, int(bad[0]) // 128
+        pytest.fail(f"thread {t} value {v} owns C (m, n) = ({got[bad[0]] % 32}, {got[bad[0]] // 32}) in your "
+                    f"TiledMMA {run.tiled['layout']}, ({want[bad[0]] % 32}, {want[bad[0]] // 32}) by the contract "
+                    "(2 x 2 warps column-major, the PTX table per warp, the atom repeated once along N)")
 
 
 @pytest.mark.points(2)
