@@ -7,8 +7,14 @@ must not read is poison: unused pool blocks, the slots past a sequence's length 
 the table entries past its last block (they point at a block full of NaN). The reference is dense
 attention in float64 on the *dense* K/V, so it never looks at the table.
 
-Tolerances: fp32 caches (float32 tl.dot made IEEE on a GPU by TRITON_F32_DEFAULT): fp32 dot products over <= 64 terms plus the exp2/rescale rounding of the online
-softmax, rtol = atol = 2e-5 for outputs of size O(1). fp16 caches: q, K, V are rounded to fp16 before the
+Tolerances: fp32 caches: rtol = atol = 4e-3, TF32 level, because on a GPU Triton may compute fp32 products in TF32
+(10-bit mantissa, ~5e-4 relative per rounded input) even where the learner asked for fp32: its combine pass rewrites
+`tl.sum(a[:, :, None] * b[None, :, :], axis=1)` into a TF32 `tl.dot` (CombineBroadcastMulReducePattern in
+lib/Dialect/Triton/Transforms/Combine.cpp), which TRITON_F32_DEFAULT does not reach. Measured on the H200 for the
+README's element-wise alternative: 1.3e-3 at most (benchmarks/infer03_gpu_variants.py); the interpreter computes it in
+fp32 (~2e-7). The numerical mistakes this lesson is about (no rescale, mixed exp bases, a dropped log2(e)) still fail
+at least four of the cases each (docs/validity/round2/variants/infer-03.toml). `tl.dot` itself is kept IEEE by TRITON_F32_DEFAULT so that scores of several hundred stay exact
+enough. fp16 caches: q, K, V are rounded to fp16 before the
 reference sees them (the reference uses the same rounded values), the kernel accumulates in fp32 and
 rounds the output to fp16 (2^-11 relative): rtol = atol = 2e-3.
 """
@@ -37,11 +43,12 @@ def poisoned_outputs(monkeypatch):
 
 
 def _case(lens, hq, hkv, d, bs, seed, dtype=torch.float32, device="cpu", q_scale=1.0,
-          past_end_entry=0, pool_factor=3, first_block_k_scale=1.0):
+          past_end_entry=0, pool_factor=3, first_block_k_scale=1.0, table_cols=None):
     """Dense K/V per sequence and the same data in a shuffled, poisoned paged pool.
 
     Physical block 0 is a poison block (all NaN); table entries past a sequence's last block hold
-    `past_end_entry` (0: the poison block; an index >= num_blocks: outside the pool).
+    `past_end_entry` (0: the poison block; an index >= num_blocks: outside the pool). The table has
+    `table_cols` columns (default: two more than the longest sequence needs).
     The pool is laid out [num_blocks, 2, bs, hkv, d] (K and V interleaved per block, as in FlashInfer's
     NHD paged layout), so k_cache / v_cache are strided views, not contiguous tensors.
     """
@@ -50,7 +57,7 @@ def _case(lens, hq, hkv, d, bs, seed, dtype=torch.float32, device="cpu", q_scale
     num_blocks = pool_factor * sum(nblk) + 5
     pool = torch.full((num_blocks, 2, bs, hkv, d), NAN, dtype=torch.float64)
     perm = (torch.randperm(num_blocks - 1, generator=g) + 1).tolist()
-    table = torch.full((len(lens), max(nblk) + 2), past_end_entry, dtype=torch.int32)
+    table = torch.full((len(lens), table_cols or max(nblk) + 2), past_end_entry, dtype=torch.int32)
     q = (q_scale * torch.randn(len(lens), hq, d, generator=g, dtype=torch.float64)).to(dtype).double()
     dense = []
     for b, n in enumerate(lens):
@@ -89,7 +96,7 @@ def _run_and_check(mod, lens, hq, hkv, d, bs, seed, tol, dtype=torch.float32, de
     torch.testing.assert_close(out.detach().cpu().double(), ref, **tol)
 
 
-FP32 = {"rtol": 2e-5, "atol": 2e-5}
+FP32 = {"rtol": 4e-3, "atol": 4e-3}  # TF32 level: see the module docstring
 
 
 @pytest.mark.points(3)
@@ -108,7 +115,7 @@ def test_large_logits_across_blocks(lesson, device):
     # first-block scores of +-several hundred, later blocks O(1): a kernel that shifts each block by its own
     # max instead of the running max computes exp2(m_old - m_new) = 2^(hundreds) = inf
     mod = lesson.load("paged_attention.py")
-    _run_and_check(mod, [37, 21], 4, 2, 16, 8, seed=3, tol={"rtol": 1e-4, "atol": 1e-4},
+    _run_and_check(mod, [37, 21], 4, 2, 16, 8, seed=3, tol=FP32,
                    device=device, q_scale=4.0, first_block_k_scale=40.0)
 
 
@@ -120,13 +127,15 @@ def test_fp16_cache(lesson, device):
 
 @pytest.mark.interpreter
 def test_reads_stay_inside_the_pool(lesson, device):
-    # table entries past a sequence's last block point outside the pool, and q / out are views inside
-    # larger buffers: any load through an unused entry or past a head is an out-of-bounds access.
+    # table entries past a sequence's last block point outside the pool, the table is exactly as wide as the
+    # longest sequence (the last one) needs, so the last step's table lookups for tokens past its length fall
+    # past the end of the table, and q / out are views inside larger buffers: any load through an unused entry,
+    # past the table or past a head is an out-of-bounds access.
     # On a GPU machine this test runs through the guarded interpreter in a subprocess.
     mod = lesson.load("paged_attention.py")
-    lens, hq, hkv, d, bs = [19, 4, 8], 6, 2, 16, 8
+    lens, hq, hkv, d, bs = [8, 12, 19], 6, 2, 16, 8
     q, kc, vc, table, ctx, q64, dense = _case(lens, hq, hkv, d, bs, seed=5, device=device,
-                                              past_end_entry=10_000)
+                                              past_end_entry=10_000, table_cols=3)
     qbuf = torch.full((len(lens) + 2, hq + 3, d), NAN, device=device)
     qbuf[1:-1, 1:hq + 1] = q
     obuf = torch.full((len(lens) + 2, hq + 3, d), NAN, device=device)
