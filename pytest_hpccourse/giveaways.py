@@ -109,7 +109,7 @@ def numeric_key_reasons(q: Question, readme: str) -> list[str]:
     for form in numeral_forms(float(q.answer)):
         m = _numeral_pattern(form).search(readme)
         if m:
-            return [f"{q.id}: its numeric key {q.answer!r} is printed in README.md:{_line_of(readme, m.start())} "
+            return [f"{q.id}: its numeric key {_shortest(float(q.answer))} is printed in README.md:{_line_of(readme, m.start())} "
                     f"as {form!r}; ask for a case the text does not work out"]
     return []
 
