@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_hpccourse import check, integrity, manifest, release
-from pytest_hpccourse.regions import find_regions
+from pytest_hpccourse.authoring import check, release
+from pytest_hpccourse.authoring.regions import find_regions
+from pytest_hpccourse.grading import integrity, manifest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "release" / "modules" / "00-demo"
@@ -486,7 +487,7 @@ def test_template_repo_has_no_stray_files():
 
 
 def test_plugin_url_pins_the_requirement(tmp_path: Path):
-    from pytest_hpccourse.release import pin_plugin
+    from pytest_hpccourse.authoring.release import pin_plugin
 
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\ndependencies = ["numpy>=1.26", "pytest-hpccourse[cuda]>=0.1"]\n'
