@@ -15,6 +15,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_hpccourse.authoring import release
 from pytest_hpccourse.grading import manifest, rubric
@@ -37,7 +38,7 @@ def _sections(readme: str) -> list[str]:
     return ["\n".join(c).strip() for c in chunks if any(s.strip() for s in c)]
 
 
-def build(folder: Path, edition: str = "learner"):  # -> nbformat.NotebookNode
+def build(folder: Path, edition: str = "learner") -> Any:  # an nbformat.NotebookNode (imported lazily)
     """The notebook of the lesson in `folder` (nbformat v4)."""
     import nbformat.v4 as nbf
 

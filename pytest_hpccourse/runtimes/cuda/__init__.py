@@ -27,6 +27,7 @@ from . import cpu, gpu
 from . import source as _source
 from .args import (
     CudaArgumentError,
+    Dims,
     ParamInfo,
     host_buffer,
     is_cupy,
@@ -143,7 +144,7 @@ class Module:
     def __init__(self, path: str | os.PathLike, *, backend: str | None = None, build: str = "fast",
                  order: str = "fwd", seed: int = 0, banks: bool = False, timeout: float | None = None,
                  defines: dict[str, Any] | None = None, flags: Sequence[str] = (), nvcc_check: bool | None = None,
-                 templates: Iterable[str] = ()):
+                 templates: Iterable[str] = ()) -> None:
         self.path = Path(path).resolve()
         if not self.path.is_file():
             raise FileNotFoundError(f"no CUDA source {self.path}")
@@ -271,7 +272,7 @@ class Module:
 class Kernel:
     """A kernel of a Module. `kernel[grid, block]` or `kernel[grid, block, shared_bytes]` gives a launcher."""
 
-    def __init__(self, module: Module, spec: str):
+    def __init__(self, module: Module, spec: str) -> None:
         self.module = module
         self.spec = spec
         self.name, self.template_args = _source.split_template_name(spec)
@@ -283,7 +284,7 @@ class Kernel:
         grid, block, smem = launch_config(cfg)
         return _Launcher(self, grid, block, smem)
 
-    def launch(self, grid, block, *args: Any, smem: int = 0, build: str | None = None, order: str | None = None,
+    def launch(self, grid: Dims, block: Dims, *args: Any, smem: int = 0, build: str | None = None, order: str | None = None,
                seed: int | None = None, banks: bool | None = None, timeout: float | None = None) -> dict:
         g, b, s = launch_config((grid, block, smem))
         return self._run(g, b, s, list(args), build=build, order=order, seed=seed, banks=banks, timeout=timeout)

@@ -4,13 +4,15 @@ numpy scalars, checked against the kernel's parameter types and packed as the ke
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import CudaLaunchError
+
+Dims = int | Sequence[int]  # a launch's grid or block: n, (x,), (x, y) or (x, y, z)
 
 
 class CudaArgumentError(CudaLaunchError, TypeError):
@@ -64,7 +66,7 @@ def is_cupy(v: Any) -> bool:
 _FLOAT_DT = {2: np.float16, 4: np.float32, 8: np.float64}
 
 
-def scalar_dtype(kind: str, size: int):
+def scalar_dtype(kind: str, size: int) -> Any:  # a numpy scalar type, or None
     if kind == "f":
         return _FLOAT_DT.get(size)
     if kind == "h":
@@ -134,7 +136,7 @@ def pack_scalar(v: Any, p: ParamInfo, index: int, kname: str) -> bytes:
     return np.array(float(v), dtype=dt).tobytes()
 
 
-def scalar_value(v: Any, p: ParamInfo, index: int, kname: str):
+def scalar_value(v: Any, p: ParamInfo, index: int, kname: str) -> Any:
     """The numpy scalar a GPU launch passes (CuPy packs by the numpy type)."""
     raw = pack_scalar(v, p, index, kname)
     if p.kind == "B":
@@ -145,7 +147,7 @@ def scalar_value(v: Any, p: ParamInfo, index: int, kname: str):
     return np.frombuffer(raw, dtype=dt)[0]
 
 
-def check_pointer_dtype(dtype: np.dtype, p: ParamInfo, index: int, kname: str, *, torch_dtype=None) -> None:
+def check_pointer_dtype(dtype: np.dtype, p: ParamInfo, index: int, kname: str, *, torch_dtype: Any = None) -> None:
     ek, es = p.elem_kind, p.elem_size
     name = str(torch_dtype) if torch_dtype is not None else np.dtype(dtype).name
     if ek in ("o", "p") or es == 0:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import source as src
+from .args import Dims
 from .errors import KIND_TO_ERROR, CudaCompileError, CudaCrashError, CudaError, CudaTimeoutError, CudaUnsupportedError
 
 HERE = Path(__file__).resolve().parent
@@ -481,7 +482,7 @@ def _env(variant: str, timeout: float, result: Path) -> dict:
     return env
 
 
-def run_launch(b: Build, kernel: str, grid, block, smem: int, args: list, *, order: str = "fwd", seed: int = 0,
+def run_launch(b: Build, kernel: str, grid: Dims, block: Dims, smem: int, args: list, *, order: str = "fwd", seed: int = 0,
                banks: bool = False, timeout: float = 20.0) -> dict:
     """Run one launch; array arguments are written back in place. Returns the result's stats."""
     tmp = tempfile.mkdtemp(prefix="hpccuda-", dir=_shm_dir())

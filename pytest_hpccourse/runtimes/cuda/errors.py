@@ -15,7 +15,7 @@ class CudaError(Exception):
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None, kind: str = "",
                  kernel: str | None = None, block: tuple | None = None, thread: tuple | None = None,
-                 details: list[str] | None = None, log: str = "", variant: str | None = None):
+                 details: list[str] | None = None, log: str = "", variant: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.file = file

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import source as src
-from .args import CudaArgumentError, ParamInfo, check_pointer_dtype, host_buffer, is_cupy, is_torch, scalar_value
+from .args import CudaArgumentError, Dims, ParamInfo, check_pointer_dtype, host_buffer, is_cupy, is_torch, scalar_value
 from .errors import (
     CudaCompileError,
     CudaError,
@@ -104,7 +104,7 @@ typedef unsigned long long uintptr_t; typedef long long intptr_t;
 
 
 class GpuModule:
-    def __init__(self, path: Path, text: str, names: list[str], defines: dict[str, str], flags: tuple[str, ...]):
+    def __init__(self, path: Path, text: str, names: list[str], defines: dict[str, str], flags: tuple[str, ...]) -> None:
         import cupy  # type: ignore[import-not-found]
 
         self.path = path
@@ -141,7 +141,7 @@ class GpuModule:
             raise CudaCompileError(f"NVRTC could not compile {path}:\n{log[-6000:]}", file=str(path), kind="compile",
                                    log=log) from None
 
-    def launch(self, spec: str, grid, block, smem: int, args: list, params: list[ParamInfo]) -> dict:
+    def launch(self, spec: str, grid: Dims, block: Dims, smem: int, args: list, params: list[ParamInfo]) -> dict:
         import cupy  # type: ignore[import-not-found]
 
         try:
