@@ -497,3 +497,12 @@ def test_plugin_url_pins_the_requirement(tmp_path: Path):
     assert '"pytest-hpccourse[cuda] @ git+https://example.org/pytest-hpccourse@v0.1.0"' in text
     assert '"pytest-hpccourse[gpu] @ git+https://example.org/pytest-hpccourse@v0.1.0"' in text
     assert '"numpy>=1.26"' in text
+
+
+def test_every_lesson_round_trips_through_the_release_writer():
+    """What release writes (the released lesson.toml, the keys) reads back equal, for every lesson of the course."""
+    for path in sorted((REPO / "modules").rglob("lesson.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        released, keys = release.split_keys(data, path)
+        for doc in (released, keys):
+            assert tomllib.loads(release.toml_text(doc)) == doc, path

@@ -89,6 +89,11 @@ def _lesson_id(path: Path, data: Mapping[str, Any]) -> str:
 # lesson.toml, keys and answers.yaml
 
 
+def toml_text(doc: Mapping[str, Any]) -> str:
+    """`doc` as TOML (tomli-w): multi-line strings stay multi-line, so a released prompt reads as written."""
+    return tomli_w.dumps(doc, multiline_strings=True)
+
+
 def split_keys(data: Mapping[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(released lesson.toml data, {question id: key fields}). Mutants and alternatives leave the
     release too: their `find` and `replace` texts are (edits of) reference code."""
@@ -311,7 +316,7 @@ def _release_in_place(out: Path, keys: bool, template: Path, scoring: Path | Non
         released, lesson_keys = split_keys(data, d / "lesson.toml")
         (d / "lesson.toml").write_text(
             f"# Released lesson: answer keys, mutants and alternatives are not in this file.\n"
-            f"{tomli_w.dumps(released, multiline_strings=True)}", encoding="utf-8")
+            f"{toml_text(released)}", encoding="utf-8")
         (d / "answers.yaml").write_text(answers_template(released), encoding="utf-8")
         if lesson_keys:
             all_keys[ids[d]] = lesson_keys
@@ -325,7 +330,7 @@ def _release_in_place(out: Path, keys: bool, template: Path, scoring: Path | Non
         result.keys_file.parent.mkdir(parents=True, exist_ok=True)
         result.keys_file.write_text(
             "# Answer keys and reference explanations of this module (hpccourse release).\n"
-            f"{tomli_w.dumps(all_keys, multiline_strings=True)}", encoding="utf-8")
+            f"{toml_text(all_keys)}", encoding="utf-8")
     integrity.write_manifest(out)
     result.lessons = sorted(per_lesson.values(), key=lambda r: r.dir)
     return result
