@@ -1,4 +1,4 @@
-"""Figures for the CUDA C emulator (pytest_hpccourse.cuda), printed as a small report.
+"""Figures for the CUDA C emulator (pytest_hpccourse.runtimes.cuda), printed as a small report.
 
     python benchmarks/cuda_emulator.py            # everything
     python benchmarks/cuda_emulator.py --quick    # smaller sizes
@@ -41,7 +41,7 @@ def best(fn, repeat=3):
 
 
 def compile_times(files):
-    from pytest_hpccourse.cuda import cpu
+    from pytest_hpccourse.runtimes.cuda import cpu
 
     print("== 1. compile time (g++ " + cpu.toolchain_id().split("|")[0] + ", fresh cache) ==")
     for v in cpu.VARIANTS:
@@ -110,7 +110,7 @@ NUMBA_SRC = textwrap.dedent("""
 
 
 def vs_numba(sizes):
-    from pytest_hpccourse import cuda
+    from pytest_hpccourse.runtimes import cuda
 
     print("== 2. emulator vs numba's CUDA simulator: shared-memory tree reduction, 256 threads/block ==")
     try:
@@ -135,7 +135,7 @@ def vs_numba(sizes):
 
 
 def slowdowns(n):
-    from pytest_hpccourse import cuda
+    from pytest_hpccourse.runtimes import cuda
 
     print(f"== 3. checked builds: wall time of one launch (n = {n}, best of 3) ==")
     x = np.random.default_rng(0).random(n).astype(np.float32)
@@ -161,7 +161,7 @@ def slowdowns(n):
 
 
 def fibers(n):
-    from pytest_hpccourse import cuda
+    from pytest_hpccourse.runtimes import cuda
 
     print(f"== 4. fiber switch: x86-64 assembly vs ucontext (smem reduction, n = {n}) ==")
     x = np.random.default_rng(0).random(n).astype(np.float32)

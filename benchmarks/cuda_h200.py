@@ -52,7 +52,7 @@ def cdiv(a: int, b: int) -> int:
 
 def cuda_include() -> str | None:
     """The CUDA toolkit's include folder (for <mma.h>, <cuda_fp8.h>): the course's GPU backend's lookup."""
-    from pytest_hpccourse.cuda.gpu import _cuda_include
+    from pytest_hpccourse.runtimes.cuda.gpu import _cuda_include
 
     return _cuda_include()
 

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from pytest_hpccourse.distributed import ray_session, run_ranks, shutdown
+from pytest_hpccourse.runtimes.ray.drills import ray_session, run_ranks, shutdown
 
 
 def _nccl_drill(rank: int, world_size: int) -> dict:

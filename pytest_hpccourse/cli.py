@@ -8,16 +8,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__, manifest
-from .report import clip, pad, width
+from pytest_hpccourse import __version__
+from pytest_hpccourse.grading import manifest
+from pytest_hpccourse.grading.report import clip, pad, width
 
 SUBCOMMANDS = {
-    "release": ("pytest_hpccourse.release", "write a module's student repo (solutions blanked)"),
-    "check": ("pytest_hpccourse.check", "prove lessons sound: reference 10/10, blank 0, mutants caught"),
-    "attack": ("pytest_hpccourse.attack", "grade wrong and correct learner-style variants; report misgrades"),
-    "new": ("pytest_hpccourse.scaffold", "scaffold a new lesson folder"),
-    "site": ("pytest_hpccourse.site", "build or serve the course site (learner or reference edition)"),
-    "notebook": ("pytest_hpccourse.notebook", "write one lesson as a Jupyter notebook"),
+    "release": ("pytest_hpccourse.authoring.release", "write a module's student repo (solutions blanked)"),
+    "check": ("pytest_hpccourse.authoring.check", "prove lessons sound: reference 10/10, blank 0, mutants caught"),
+    "attack": ("pytest_hpccourse.authoring.attack", "grade wrong and correct learner-style variants; report misgrades"),
+    "new": ("pytest_hpccourse.authoring.scaffold", "scaffold a new lesson folder"),
+    "site": ("pytest_hpccourse.site.builder", "build or serve the course site (learner or reference edition)"),
+    "notebook": ("pytest_hpccourse.site.notebook", "write one lesson as a Jupyter notebook"),
 }
 
 

@@ -9,20 +9,16 @@ from typing import Any
 
 import pytest
 
-from . import capabilities, classroom, concise, interpret, isolate, manifest, report
-from .collect import LessonFile, ManifestItem, QuestionItem
-from .course import Course
-from .results import PROPERTY, failure_line
+from pytest_hpccourse.grading import capabilities, classroom, concise, isolate, manifest, report
+from pytest_hpccourse.grading.collect import LessonFile, ManifestItem, QuestionItem
+from pytest_hpccourse.grading.course import COURSE_KEY, Course
+from pytest_hpccourse.grading.results import PROPERTY, failure_line
+from pytest_hpccourse.runtimes.triton import interpreter
 
-pytest_plugins = ("pytest_hpccourse.fixtures",)
+pytest_plugins = ("pytest_hpccourse.grading.fixtures",)
 
-COURSE_KEY = pytest.StashKey[Course]()
 LESSON_KEY = pytest.StashKey[Path]()
 LESSON_DIRS_KEY = pytest.StashKey[tuple[tuple, list[Path]]]()  # ((paths, ignored), lessons found)
-
-
-def course_of(config: pytest.Config) -> Course | None:
-    return config.stash.get(COURSE_KEY, None)
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -88,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): weight of this code test in its lesson's code score (default 1)")
     config.addinivalue_line("markers", "requires(*capabilities): this test needs these capabilities on top of "
                                        "its lesson's `requires`; skipped as NEEDS without them")
-    config.addinivalue_line("markers", interpret.MARKER_HELP)
+    config.addinivalue_line("markers", interpreter.MARKER_HELP)
     paths = [Path(str(a).split("::")[0]) for a in config.args]
     lesson_dirs = _lesson_dirs(config, paths, config.getoption("ignore") or ())
     if not lesson_dirs:
@@ -106,15 +102,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if any("triton" in r.raw_requires for r in course.results.values()):
         if "TRITON_INTERPRET" not in os.environ and not capabilities.has_torch_cuda():
             os.environ["TRITON_INTERPRET"] = "1"
-        from . import triton_guard
-        triton_guard.enable_for_interpreter()  # interpreter only: bounds check + tf32 emulation (its README)
+        from pytest_hpccourse.runtimes.triton import guard
+        guard.enable_for_interpreter()  # interpreter only: bounds check + tf32 emulation (its README)
     try:
-        from pytest_hpccourse import distributed  # the Ray fixtures, when that module exists
+        from pytest_hpccourse.runtimes.ray import drills  # the Ray fixtures, when that module exists
     except ImportError:
         pass
     else:
-        if not config.pluginmanager.is_registered(distributed):
-            config.pluginmanager.register(distributed, "hpccourse-distributed")
+        if not config.pluginmanager.is_registered(drills):
+            config.pluginmanager.register(drills, "hpccourse-distributed")
 
 
 class CourseHooks:
@@ -160,7 +156,7 @@ class CourseHooks:
                 item.add_marker(pytest.mark.timeout(result.rubric.timeout))
             found = self.code_test_lesson(item)
             if found is not None:  # after the timeout marker: the interpreter child gets the test's timeout
-                interpret.redirect(item, found[1])
+                interpreter.redirect(item, found[1], isolate.item_timeout(item))
 
     def _scoring_lesson(self, path: Path) -> Path | None:
         result = self.course.result_for_path(Path(path))
@@ -251,7 +247,7 @@ class CourseHooks:
 
     def _mark_tampered(self) -> None:
         try:
-            from . import integrity
+            from pytest_hpccourse.grading import integrity
         except ImportError:
             return
         root = integrity.find_repo_root(self.config.rootpath)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import capabilities
+from pytest_hpccourse.grading import capabilities
 
 
 @pytest.fixture

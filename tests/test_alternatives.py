@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import attack, audit, check, manifest, release
+from pytest_hpccourse.authoring import attack, audit, check, release
+from pytest_hpccourse.grading import manifest
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = Path(__file__).resolve().parent / "fixtures" / "release" / "modules" / "00-demo"

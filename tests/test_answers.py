@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import answers
-from pytest_hpccourse.manifest import Question
+from pytest_hpccourse.grading import answers
+from pytest_hpccourse.grading.manifest import Question
 
 CHOICE = Question(id="Q1", kind="choice", prompt="?", answer="B", options=("A. x", "B. y", "C. z"))
 MULTI = Question(id="Q2", kind="multi", prompt="?", answer=["A", "C"], options=("A. x", "B. y", "C. z"))

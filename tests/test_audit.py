@@ -1,4 +1,4 @@
-"""The static rules of `hpccourse check` (pytest_hpccourse/audit.py): each planted lesson under
+"""The static rules of `hpccourse check` (pytest_hpccourse/authoring/audit.py): each planted lesson under
 tests/fixtures/audit breaks one rule and gets exactly its reason; the demo module breaks none.
 No pytest run is needed: these rules read the files only."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import answers, audit, check, formula, manifest
+from pytest_hpccourse.authoring import audit, check
+from pytest_hpccourse.grading import answers, formula, manifest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PLANTED = FIXTURES / "audit"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_hpccourse import check
+from pytest_hpccourse.authoring import check
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "release"
 DEMO = FIXTURES / "modules"

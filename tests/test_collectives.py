@@ -1,4 +1,4 @@
-"""Recording torch.distributed calls (`pytest_hpccourse.collectives`), on a one-rank gloo group."""
+"""Recording torch.distributed calls (`pytest_hpccourse.runtimes.ray.collectives`), on a one-rank gloo group."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from pytest_hpccourse.collectives import (  # noqa: E402
+from pytest_hpccourse.runtimes.ray.collectives import (  # noqa: E402
     COLLECTIVES,
     Collective,
     CollectiveLog,

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from lesson_factory import write_lesson, write_module
 
-from pytest_hpccourse import concise, release
+from pytest_hpccourse.authoring import release
+from pytest_hpccourse.grading import concise
 
 pytest_plugins = ("pytester",)
 

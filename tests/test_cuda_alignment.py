@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
-from pytest_hpccourse.cuda import gpu
+from pytest_hpccourse.runtimes import cuda
+from pytest_hpccourse.runtimes.cuda import gpu
 
 SRC = Path(__file__).parent / "cuda" / "kernels" / "alignment.cu"
 BUILDS = ("fast", "race", "asan")

@@ -26,7 +26,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not cuda.available(), reason="no GPU and no C++ compiler for the CUDA emulator")

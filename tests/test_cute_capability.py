@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import capabilities, cute
+from pytest_hpccourse.grading import capabilities
+from pytest_hpccourse.runtimes.cute import oracles
 
 HOST_PROGRAM = r"""
 #include <cute/layout.hpp>
@@ -47,27 +48,27 @@ def test_the_three_parts_are_separate_capabilities(monkeypatch):
 
 
 def test_without_the_wheel_nothing_is_found(monkeypatch):
-    real = cute._spec_dirs
-    monkeypatch.setattr(cute, "_spec_dirs", lambda name: [] if name == "cutlass_library" else real(name))
-    cute.include_dirs.cache_clear()
+    real = oracles._spec_dirs
+    monkeypatch.setattr(oracles, "_spec_dirs", lambda name: [] if name == "cutlass_library" else real(name))
+    oracles.include_dirs.cache_clear()
     try:
-        assert cute.include_dirs() == ()
+        assert oracles.include_dirs() == ()
         assert capabilities.cute_include_dirs() == ()
         assert not capabilities._cute_cxx()
-        assert cute.compile_flags() == []
-        assert any("nvidia-cutlass==4.2.0.0" in m for m in cute.missing_parts())
+        assert oracles.compile_flags() == []
+        assert any("nvidia-cutlass==4.2.0.0" in m for m in oracles.missing_parts())
     finally:
-        cute.include_dirs.cache_clear()
+        oracles.include_dirs.cache_clear()
 
 
 def test_cuda_headers_need_all_three_parts(tmp_path):
     (tmp_path / "crt").mkdir()
     (tmp_path / "cuda_runtime_api.h").write_text("")
     (tmp_path / "crt" / "host_defines.h").write_text("")
-    assert cute._complete([tmp_path, tmp_path / "cccl"]) is None  # no libcu++
+    assert oracles._complete([tmp_path, tmp_path / "cccl"]) is None  # no libcu++
     (tmp_path / "cccl" / "cuda" / "std").mkdir(parents=True)
     (tmp_path / "cccl" / "cuda" / "std" / "utility").write_text("")
-    assert cute._complete([tmp_path, tmp_path / "cccl", tmp_path / "absent"]) == [tmp_path, tmp_path / "cccl"]
+    assert oracles._complete([tmp_path, tmp_path / "cccl", tmp_path / "absent"]) == [tmp_path, tmp_path / "cccl"]
 
 
 def test_cuda_home_is_searched_first(tmp_path, monkeypatch):
@@ -76,7 +77,7 @@ def test_cuda_home_is_searched_first(tmp_path, monkeypatch):
         (inc / h).parent.mkdir(parents=True, exist_ok=True)
         (inc / h).write_text("")
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    assert cute.cuda_include_dirs() == [inc, inc / "cccl"]
+    assert oracles.cuda_include_dirs() == [inc, inc / "cccl"]
 
 
 @pytest.mark.skipif(not capabilities.available("cute-cxx"), reason="cute-cxx is not installed")
@@ -84,18 +85,18 @@ def test_include_dirs_hold_cute_first():
     dirs = capabilities.cute_include_dirs()
     assert (Path(dirs[0]) / "cute" / "layout.hpp").is_file()
     assert (Path(dirs[0]) / "cutlass" / "cutlass.h").is_file()
-    assert cute.compile_flags() == ["-std=c++17", *(f"-I{d}" for d in dirs)]
+    assert oracles.compile_flags() == ["-std=c++17", *(f"-I{d}" for d in dirs)]
 
 
 @pytest.mark.timeout(120)
 def test_a_host_cute_program_compiles_and_runs(tmp_path):
     if shutil.which("g++") is None:
         pytest.skip("g++ is missing")
-    assert capabilities.available("cute-cxx"), "CuTe headers not found: " + "; ".join(cute.missing_parts())
+    assert capabilities.available("cute-cxx"), "CuTe headers not found: " + "; ".join(oracles.missing_parts())
     src = tmp_path / "layout.cpp"
     src.write_text(HOST_PROGRAM)
     exe = tmp_path / "layout"
-    built = subprocess.run(["g++", *cute.compile_flags(), str(src), "-o", str(exe)],
+    built = subprocess.run(["g++", *oracles.compile_flags(), str(src), "-o", str(exe)],
                            capture_output=True, text=True, timeout=110)
     assert built.returncode == 0, built.stderr[-3000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=10, check=True).stdout.split()
@@ -107,16 +108,16 @@ def test_a_host_cute_program_compiles_and_runs(tmp_path):
 def test_cute_dsl_needs_the_minimum_version(monkeypatch):
     import importlib.metadata as md
 
-    monkeypatch.setattr(cute.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(oracles.importlib.util, "find_spec", lambda name: object())
     monkeypatch.setattr(md, "version", lambda name: "4.7.1")
-    assert not cute.dsl_version_ok()
+    assert not oracles.dsl_version_ok()
     monkeypatch.setattr(md, "version", lambda name: "4.8.1")
-    assert cute.dsl_version_ok()
+    assert oracles.dsl_version_ok()
     monkeypatch.setattr(md, "version", lambda name: "4.10.0.dev1")
-    assert cute.dsl_version_ok()
+    assert oracles.dsl_version_ok()
 
 
-@pytest.mark.skipif(not cute.dsl_version_ok(), reason="nvidia-cutlass-dsl >= 4.8.1 is not installed")
+@pytest.mark.skipif(not oracles.dsl_version_ok(), reason="nvidia-cutlass-dsl >= 4.8.1 is not installed")
 def test_cute_dsl_host_jit_runs_on_this_machine(capfd):
     assert capabilities.available("cute-dsl")
     import cutlass.cute as cute_dsl

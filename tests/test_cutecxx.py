@@ -1,4 +1,4 @@
-"""pytest_hpccourse.cutecxx: build, cache and run lesson C++ programs (host g++ path; the GPU path's detection)."""
+"""pytest_hpccourse.runtimes.cute.cutecxx: build, cache and run lesson C++ programs (host g++ path; the GPU path's detection)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import cutecxx
+from pytest_hpccourse.runtimes.cute import cutecxx
 
 pytestmark = pytest.mark.skipif(not cutecxx.host_available(), reason="needs g++ and the CuTe + CUDA headers")
 

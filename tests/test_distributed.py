@@ -1,4 +1,4 @@
-"""The Ray / torch.distributed runtime (`pytest_hpccourse.distributed`)."""
+"""The Ray / torch.distributed runtime (`pytest_hpccourse.runtimes.ray.drills`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
-from pytest_hpccourse import distributed  # noqa: E402
-from pytest_hpccourse.distributed import (  # noqa: E402,F401 - ray_cluster is a fixture
+import pytest_hpccourse  # noqa: E402
+from pytest_hpccourse.runtimes.ray import drills  # noqa: E402
+from pytest_hpccourse.runtimes.ray.drills import (  # noqa: E402,F401 - ray_cluster is a fixture
     RankError,
     _Worker,
     ray_cluster,
@@ -205,7 +206,7 @@ def test_failed_group_setup_is_retried_without_its_actors(ray_cluster):
     retries = ray_cluster.setup_retries
     with pytest.raises(RankError) as info:
         run_ranks(_pid, 1, backend="no-such-backend", timeout=30)
-    assert ray_cluster.setup_retries == retries + distributed._SETUP_ATTEMPTS - 1
+    assert ray_cluster.setup_retries == retries + drills._SETUP_ATTEMPTS - 1
     err = info.value
     assert err.in_setup and not err.ranks_clean and "no-such-backend" in str(err)
     # A rank whose setup failed keeps torch.distributed state that breaks its next setup (the
@@ -306,9 +307,9 @@ def test_remote_ships_a_lesson_class_by_value_and_its_actor_can_be_killed(ray_cl
     sys.modules[spec.name] = cls_mod
     spec.loader.exec_module(cls_mod)
     try:
-        actor = distributed.remote(cls_mod.Counter, num_cpus=0).remote(41)
+        actor = drills.remote(cls_mod.Counter, num_cpus=0).remote(41)
         assert ray.get(actor.bump.remote()) == 42
-        assert ray.get(distributed.remote(mod.helper).remote(1.0)) == 8.0  # plain function -> task
+        assert ray.get(drills.remote(mod.helper).remote(1.0)) == 8.0  # plain function -> task
         os.kill(ray.get(actor.pid.remote()), 9)
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.bump.remote(), timeout=120)
@@ -324,20 +325,20 @@ def _stamp(rank, world_size, mod, tag):
 
 
 def test_drill_once_runs_once_per_source_and_keeps_failures(ray_cluster, tmp_path):
-    from pytest_hpccourse.fixtures import LessonFiles
+    from pytest_hpccourse.grading.fixtures import LessonFiles
 
     (tmp_path / "lesson.toml").write_text('id = "x-01"\n')
     lesson = LessonFiles(tmp_path, "x-01")
     (tmp_path / "learner.py").write_text("VALUE = 3\n")
-    first = distributed.drill_once(lesson, "learner.py", _stamp, 2, "a")
+    first = drills.drill_once(lesson, "learner.py", _stamp, 2, "a")
     assert [r[:2] for r in first] == [(3, "a"), (3, "a")]
-    assert distributed.drill_once(lesson, "learner.py", _stamp, 2, "a") == first  # cached: same stamps
+    assert drills.drill_once(lesson, "learner.py", _stamp, 2, "a") == first  # cached: same stamps
     (tmp_path / "learner.py").write_text("VALUE = -1\n")  # new source: runs again, and fails
     for _ in range(2):  # the failure is kept and raised for every test that asks
         with pytest.raises(RankError, match="negative VALUE"):
-            distributed.drill_once(lesson, "learner.py", _stamp, 2, "a")
+            drills.drill_once(lesson, "learner.py", _stamp, 2, "a")
     (tmp_path / "learner.py").write_text("VALUE = 3\n")
-    assert distributed.drill_once(lesson, "learner.py", _stamp, 2, "a") == first
+    assert drills.drill_once(lesson, "learner.py", _stamp, 2, "a") == first
 
 
 def test_ray_address_connects_to_the_running_cluster(ray_cluster, tmp_path):
@@ -346,7 +347,7 @@ def test_ray_address_connects_to_the_running_cluster(ray_cluster, tmp_path):
     address = ray.get_runtime_context().gcs_address
     script = tmp_path / "client.py"
     script.write_text(textwrap.dedent("""
-        from pytest_hpccourse.distributed import ray_session, run_ranks, shutdown
+        from pytest_hpccourse.runtimes.ray.drills import ray_session, run_ranks, shutdown
 
         def drill(rank, world_size):
             import torch, torch.distributed as dist
@@ -357,7 +358,7 @@ def test_ray_address_connects_to_the_running_cluster(ray_cluster, tmp_path):
         print("RESULT", run_ranks(drill, 2))
         shutdown()
     """))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(distributed.__file__)))
+    root = pytest_hpccourse.package_parent()  # not the runtimes folder: its ray/ would shadow Ray
     env = dict(os.environ, RAY_ADDRESS=address,
                PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,

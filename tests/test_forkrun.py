@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import forkrun
-from pytest_hpccourse.check import Runner
+from pytest_hpccourse.authoring import forkrun
+from pytest_hpccourse.authoring.check import Runner
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork runner is Linux-only")
 

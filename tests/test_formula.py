@@ -1,6 +1,6 @@
 import pytest
 
-from pytest_hpccourse import formula
+from pytest_hpccourse.grading import formula
 
 
 @pytest.mark.parametrize("answer", ["16*psi/N", "psi*16/N", "16 * psi / N", "(8+8)*psi*N**-1", "psi/(N/16)",

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from lesson_factory import write_lesson
 
-from pytest_hpccourse import check, giveaways, manifest
+from pytest_hpccourse.authoring import check, giveaways
+from pytest_hpccourse.grading import manifest
 
 CHOICE = '''
 [[questions]]

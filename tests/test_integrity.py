@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import integrity
+from pytest_hpccourse.grading import integrity
 
 
 def make_repo(root: Path) -> Path:

@@ -1,4 +1,4 @@
-"""`@pytest.mark.interpreter` (pytest_hpccourse/interpret.py): on a GPU box a marked Triton test runs through the
+"""`@pytest.mark.interpreter` (pytest_hpccourse/runtimes/triton/interpreter.py): on a GPU box a marked Triton test runs through the
 guarded interpreter in a child pytest. No GPU here: HPCCOURSE_INTERPRET_SUBPROCESS=1 forces that path."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import pytest
 from lesson_factory import write_lesson
 
-from pytest_hpccourse import capabilities, interpret
+from pytest_hpccourse.grading import capabilities
+from pytest_hpccourse.runtimes.triton import interpreter
 
 pytest_plugins = ("pytester",)
 pytest.importorskip("triton")
@@ -106,7 +107,7 @@ def _tests(doc: dict, lesson_id: str) -> dict[str, dict]:
 
 def test_subprocess_path_grades_by_the_interpreter_run(course, monkeypatch):
     _setup(course, monkeypatch, bad=True)
-    monkeypatch.setenv(interpret.FORCE_ENV, "1")
+    monkeypatch.setenv(interpreter.FORCE_ENV, "1")
     result, doc, records = _run(course)
     bad, good = _tests(doc, "demo-01"), _tests(doc, "demo-02")
     # the missing load mask fails the marked test with the guard's message, from the child
@@ -121,7 +122,7 @@ def test_subprocess_path_grades_by_the_interpreter_run(course, monkeypatch):
     assert (skipped["outcome"], skipped["message"]) == ("skipped", "NEEDS nothing-here")
     assert bad["test_unmarked"]["outcome"] == good["test_unmarked"]["outcome"] == "passed"
 
-    parent = {r["pid"] for r in records if r["where"] == "setup" and r["timeout"] == 120 + interpret.STARTUP}
+    parent = {r["pid"] for r in records if r["where"] == "setup" and r["timeout"] == 120 + interpreter.STARTUP}
     assert len(parent) == 1  # the marked items' timeout was raised for the child's start-up, in one process
     for r in records:
         if r["where"] != "body":
@@ -137,12 +138,12 @@ def test_subprocess_path_grades_by_the_interpreter_run(course, monkeypatch):
 def test_marker_changes_nothing_where_the_interpreter_is_on(course, monkeypatch):
     if capabilities.has_torch_cuda():
         pytest.skip("a GPU is visible: the marker takes the subprocess path here")
-    monkeypatch.delenv(interpret.FORCE_ENV, raising=False)
+    monkeypatch.delenv(interpreter.FORCE_ENV, raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     _setup(course, monkeypatch, bad=True)
     result, doc, records = _run(course, "-k", "marked and not unmarked")
     bad = _tests(doc, "demo-01")["test_scale_marked"]
-    assert bad["outcome"] == "failed" and bad["message"].startswith("pytest_hpccourse.triton_guard"), bad
+    assert bad["outcome"] == "failed" and bad["message"].startswith("pytest_hpccourse.runtimes.triton.guard"), bad
     assert "memory-safety run" not in result.stdout.str()
     assert {r["pid"] for r in records} == {records[0]["pid"]}  # setup and body in the one pytest process
     assert {r["timeout"] for r in records} == {120}
@@ -151,10 +152,10 @@ def test_marker_changes_nothing_where_the_interpreter_is_on(course, monkeypatch)
 def test_outcome_from_the_child_report() -> None:
     doc = {"lessons": [{"code": {"status": "ERROR", "message": "test_k.py: cannot be collected: SyntaxError",
                                  "tests": []}}]}
-    assert interpret._outcome(doc, "m/x::t") == ("failed", "test_k.py: cannot be collected: SyntaxError")
-    assert interpret._outcome(None, "m/x::t") == (None, "")
+    assert interpreter._outcome(doc, "m/x::t") == ("failed", "test_k.py: cannot be collected: SyntaxError")
+    assert interpreter._outcome(None, "m/x::t") == (None, "")
     one = {"lessons": [{"code": {"tests": [{"nodeid": "other::t", "outcome": "error", "message": "error in setup"}]}}]}
-    assert interpret._outcome(one, "m/x::t") == ("failed", "error in setup")
-    assert interpret._short("pytest_hpccourse.triton_guard.bounds.TritonOutOfBoundsError: x") == \
+    assert interpreter._outcome(one, "m/x::t") == ("failed", "error in setup")
+    assert interpreter._short("pytest_hpccourse.runtimes.triton.guard.bounds.TritonOutOfBoundsError: x") == \
         "TritonOutOfBoundsError: x"
-    assert interpret._short("AssertionError: a.b.c") == "AssertionError: a.b.c"
+    assert interpreter._short("AssertionError: a.b.c") == "AssertionError: a.b.c"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from lesson_factory import TEST, crashing_kernel, write_lesson
 
-from pytest_hpccourse import capabilities, isolate
+from pytest_hpccourse.grading import capabilities, isolate
 
 pytest_plugins = ("pytester",)
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from lesson_factory import QUESTIONS, write_lesson
 
-from pytest_hpccourse import manifest
+from pytest_hpccourse.grading import manifest
 
 
 def msg(tmp_path: Path, monkeypatch, **kw) -> str:

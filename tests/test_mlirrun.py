@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from pytest_hpccourse import capabilities
+from pytest_hpccourse.grading import capabilities
 
 pytestmark = pytest.mark.skipif(not capabilities.available("mlir"), reason="NEEDS mlir")
 
@@ -30,7 +30,7 @@ TO_LLVM = ("builtin.module(convert-scf-to-cf, finalize-memref-to-llvm, convert-a
 
 
 def test_pipeline_lowers_and_the_engine_runs_it():
-    from pytest_hpccourse import mlirrun
+    from pytest_hpccourse.runtimes import mlirrun
 
     low = mlirrun.run_pipeline(ADD, TO_LLVM)
     assert "llvm.func @add" in low and "scf.for" not in low
@@ -43,7 +43,7 @@ def test_pipeline_lowers_and_the_engine_runs_it():
 
 
 def test_diagnostics_are_mlirs_own_messages():
-    from pytest_hpccourse import mlirrun
+    from pytest_hpccourse.runtimes import mlirrun
 
     with pytest.raises(mlirrun.MlirError, match="does not refer to a registered pass"):
         mlirrun.run_pipeline(ADD, "builtin.module(no-such-pass)")
@@ -54,7 +54,7 @@ def test_diagnostics_are_mlirs_own_messages():
 
 
 def test_tools_are_found_and_op_stats_come_back():
-    from pytest_hpccourse import mlirrun
+    from pytest_hpccourse.runtimes import mlirrun
 
     assert mlirrun.tool("mlir-opt").is_file() and mlirrun.tool("FileCheck").is_file()
     stats = mlirrun.opt(ADD, "--print-op-stats")
@@ -65,7 +65,7 @@ def test_tools_are_found_and_op_stats_come_back():
 
 
 def test_irdl_dialect_is_loaded_and_verifies():
-    from pytest_hpccourse import mlirrun
+    from pytest_hpccourse.runtimes import mlirrun
 
     irdl = """
     irdl.dialect @toy {
@@ -84,7 +84,7 @@ def test_irdl_dialect_is_loaded_and_verifies():
 
 
 def test_execute_reports_what_is_not_lowered_and_missing_c_interfaces():
-    from pytest_hpccourse import mlirrun
+    from pytest_hpccourse.runtimes import mlirrun
 
     with pytest.raises(mlirrun.MlirError, match="cannot be converted to LLVM IR"):
         mlirrun.execute(ADD, "add", np.ones(3, np.float32), np.ones(3, np.float32))

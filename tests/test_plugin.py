@@ -310,7 +310,7 @@ ENV_PROBE = 'import os\n\ndef test_env():\n    print("INTERPRET=" + os.environ.g
 
 @pytest.mark.parametrize("valid", [True, False])
 def test_triton_lessons_get_the_interpreter_without_a_gpu(course, monkeypatch, valid):
-    from pytest_hpccourse import capabilities
+    from pytest_hpccourse.grading import capabilities
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     # An invalid manifest (one question short) must not cost the lesson its interpreter.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse.regions import RegionError, Style, blank, find_regions, style_for
+from pytest_hpccourse.authoring.regions import RegionError, Style, blank, find_regions, style_for
 
 PY = textwrap.dedent('''\
     import math

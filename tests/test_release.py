@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_hpccourse import check, integrity, manifest, release
-from pytest_hpccourse.regions import find_regions
+from pytest_hpccourse.authoring import check, release
+from pytest_hpccourse.authoring.regions import find_regions
+from pytest_hpccourse.grading import integrity, manifest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "release" / "modules" / "00-demo"
@@ -486,7 +487,7 @@ def test_template_repo_has_no_stray_files():
 
 
 def test_plugin_url_pins_the_requirement(tmp_path: Path):
-    from pytest_hpccourse.release import pin_plugin
+    from pytest_hpccourse.authoring.release import pin_plugin
 
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\ndependencies = ["numpy>=1.26", "pytest-hpccourse[cuda]>=0.1"]\n'
@@ -496,3 +497,12 @@ def test_plugin_url_pins_the_requirement(tmp_path: Path):
     assert '"pytest-hpccourse[cuda] @ git+https://example.org/pytest-hpccourse@v0.1.0"' in text
     assert '"pytest-hpccourse[gpu] @ git+https://example.org/pytest-hpccourse@v0.1.0"' in text
     assert '"numpy>=1.26"' in text
+
+
+def test_every_lesson_round_trips_through_the_release_writer():
+    """What release writes (the released lesson.toml, the keys) reads back equal, for every lesson of the course."""
+    for path in sorted((REPO / "modules").rglob("lesson.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        released, keys = release.split_keys(data, path)
+        for doc in (released, keys):
+            assert tomllib.loads(release.toml_text(doc)) == doc, path

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import check, manifest, scaffold
-from pytest_hpccourse.regions import blank, find_regions
+from pytest_hpccourse.authoring import check, scaffold
+from pytest_hpccourse.authoring.regions import blank, find_regions
+from pytest_hpccourse.grading import manifest
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("## 概念", "## 为什么重要（生产环境）", "## 任务", "## 提示", "## 延伸阅读")

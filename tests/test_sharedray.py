@@ -1,4 +1,4 @@
-"""The shared Ray instance of `hpccourse check` (`pytest_hpccourse.sharedray`)."""
+"""The shared Ray instance of `hpccourse check` (`pytest_hpccourse.runtimes.ray.shared`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-from pytest_hpccourse import check, sharedray  # noqa: E402
+from pytest_hpccourse.authoring import check
+from pytest_hpccourse.runtimes.ray import shared  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.xdist_group("ray")]
 
@@ -20,7 +21,7 @@ def test_a_separate_driver_connects_runs_and_its_actors_die_with_it(tmp_path):
     client = tmp_path / "client.py"
     client.write_text(textwrap.dedent("""
         import os
-        from pytest_hpccourse.distributed import ray_session, shutdown
+        from pytest_hpccourse.runtimes.ray.drills import ray_session, shutdown
         import ray
 
         s = ray_session()
@@ -34,7 +35,7 @@ def test_a_separate_driver_connects_runs_and_its_actors_die_with_it(tmp_path):
         print("OWNED", s.owned, "ADDRESS", s.address, "PID", ray.get(a.pid.remote()))
         shutdown()
     """))
-    with sharedray.shared_ray(cpus=2) as extra:
+    with shared.shared_ray(cpus=2) as extra:
         assert set(extra) >= {"RAY_ADDRESS"}, extra
         env = {**os.environ, **extra}
         pids = []
@@ -57,11 +58,11 @@ def test_a_separate_driver_connects_runs_and_its_actors_die_with_it(tmp_path):
 def test_not_wanted_with_an_address_or_when_switched_off(monkeypatch):
     monkeypatch.delenv("HPCCOURSE_CHECK_SHARED_RAY", raising=False)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert not sharedray.wanted()
+    assert not shared.wanted()
     monkeypatch.delenv("RAY_ADDRESS")
-    assert sharedray.wanted()
+    assert shared.wanted()
     monkeypatch.setenv("HPCCOURSE_CHECK_SHARED_RAY", "0")
-    assert not sharedray.wanted()
+    assert not shared.wanted()
 
 
 def test_check_starts_it_only_for_ray_lessons(tmp_path):

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import formula, manifest, notebook, regions, release, site, sitedata, sitepages
+from pytest_hpccourse.authoring import regions, release
+from pytest_hpccourse.grading import formula, manifest
+from pytest_hpccourse.site import builder, notebook, sitedata, sitepages
 
 pytestmark = pytest.mark.xdist_group("site")
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +43,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for edition in sitepages.EDITIONS:
         base = tmp_path_factory.mktemp(f"site-{edition}")
         start = time.perf_counter()
-        out[edition] = site.build(ROOT, edition, base / "out", work=base / "src")
+        out[edition] = builder.build(ROOT, edition, base / "out", work=base / "src")
         elapsed = time.perf_counter() - start
         assert elapsed < 60, f"building the {edition} edition took {elapsed:.0f} s (budget 60 s on 2 cores)"
     return out

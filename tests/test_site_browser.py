@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hpccourse import site
+from pytest_hpccourse.site import builder
 
 pytestmark = pytest.mark.xdist_group("site")
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if os.environ.get("CI"):
             pytest.fail(f"the browser test must run in CI: {reason} (scripts/setup installs it)")
         pytest.skip(reason)
-    out = site.build(ROOT, "learner", tmp_path_factory.mktemp("browser") / "out",
+    out = builder.build(ROOT, "learner", tmp_path_factory.mktemp("browser") / "out",
                      work=tmp_path_factory.mktemp("browser-src"))
     handler = functools.partial(_QuietHandler, directory=str(out))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

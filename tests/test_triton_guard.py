@@ -1,4 +1,4 @@
-"""pytest_hpccourse.triton_guard: out-of-bounds accesses caught in Triton's interpreter; tf32 emulated.
+"""pytest_hpccourse.runtimes.triton.guard: out-of-bounds accesses caught in Triton's interpreter; tf32 emulated.
 
 Kernels are wrapped in triton's InterpretedFunction explicitly, so these tests run interpreted whatever
 TRITON_INTERPRET says in this process.
@@ -18,8 +18,8 @@ import triton.language as tl  # noqa: E402  (after the importorskip guards)
 from lesson_factory import write_lesson  # noqa: E402  (after the importorskip guards)
 from triton.runtime import interpreter  # noqa: E402  (after the importorskip guards)
 
-from pytest_hpccourse import triton_guard  # noqa: E402  (after the importorskip guards)
-from pytest_hpccourse.triton_guard import TritonOutOfBoundsError, round_to_tf32  # noqa: E402  (after the importorskip guards)
+from pytest_hpccourse.runtimes.triton import guard  # noqa: E402  (after the importorskip guards)
+from pytest_hpccourse.runtimes.triton.guard import TritonOutOfBoundsError, round_to_tf32  # noqa: E402  (after the importorskip guards)
 
 HAS_DESCRIPTORS = hasattr(tl, "make_tensor_descriptor") and hasattr(interpreter.InterpreterBuilder,
                                                                      "create_make_tensor_descriptor")
@@ -32,13 +32,13 @@ def interpreted(fn):
 
 @pytest.fixture(autouse=True)
 def _guard():
-    was, before = triton_guard.installed(), triton_guard.settings()
-    triton_guard.install(bounds=True, tf32="truncate")
+    was, before = guard.installed(), guard.settings()
+    guard.install(bounds=True, tf32="truncate")
     yield
     if was:
-        triton_guard.install(bounds=before["bounds"], tf32=before["tf32"])
+        guard.install(bounds=before["bounds"], tf32=before["tf32"])
     else:
-        triton_guard.uninstall()
+        guard.uninstall()
 
 
 def _padded(n: int, pad: int, seed: int = 0, fill: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,7 +151,7 @@ def test_mask_correct_kernel_passes_on_views_inside_padded_buffers():
     copy_kernel[(8,)](x, out, 1000, BLOCK=128, MASK_LOAD=True, MASK_STORE=True)
     assert torch.equal(out, x * 2)
     assert torch.isnan(obuf[1000:]).all()
-    assert triton_guard.settings()["checked"] > 0
+    assert guard.settings()["checked"] > 0
 
 
 def test_missing_load_mask_on_a_view_inside_a_padded_buffer_is_caught():
@@ -311,23 +311,23 @@ def test_other_kernel_errors_keep_the_interpreter_error():
 def test_sanitize_off_lets_the_overrun_through(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("HPCCOURSE_TRITON_SANITIZE", "0")
-    assert triton_guard.enable_for_interpreter()
-    assert triton_guard.settings()["bounds"] is False and triton_guard.settings()["tf32"] == "truncate"
+    assert guard.enable_for_interpreter()
+    assert guard.settings()["bounds"] is False and guard.settings()["tf32"] == "truncate"
     _, x = _padded(1000, 1024)
     copy_kernel[(8,)](x, torch.empty(1024), 1000, BLOCK=128, MASK_LOAD=False, MASK_STORE=False)
 
 
 def test_enable_does_nothing_without_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert triton_guard.enable_for_interpreter() is False
+    assert guard.enable_for_interpreter() is False
 
 
 def test_extent_of_views():
     buf = torch.zeros(10, 16)
-    e = triton_guard.extent_of("x", buf[2:5, 1:9])
+    e = guard.extent_of("x", buf[2:5, 1:9])
     assert (e.lo - buf.data_ptr(), e.hi - buf.data_ptr(), e.dense, e.nested) == (4 * 33, 4 * (4 * 16 + 9), False, True)
-    assert triton_guard.extent_of("y", buf.t()).dense
-    empty = triton_guard.extent_of("z", buf[:0])
+    assert guard.extent_of("y", buf.t()).dense
+    empty = guard.extent_of("z", buf[:0])
     assert empty.lo == empty.hi
 
 
@@ -407,13 +407,13 @@ def test_triton_f32_default_env_and_rne_mode(monkeypatch):
     monkeypatch.setenv("TRITON_F32_DEFAULT", "ieee")
     assert _rel_rms(_run_dot(a, b, None), exact) < 1e-6
     monkeypatch.delenv("TRITON_F32_DEFAULT")
-    triton_guard.install(tf32="rne")
+    guard.install(tf32="rne")
     ra = torch.from_numpy(round_to_tf32(a.numpy(), "rne")).double()
     rb = torch.from_numpy(round_to_tf32(b.numpy(), "rne")).double()
     c = _run_dot(a, b, "tf32")
     assert _rel_rms(c, ra @ rb) < 1e-6
     assert 1e-4 < _rel_rms(c, exact) < 2e-3  # RNE: half the truncation error, no bias
-    triton_guard.install(tf32="off")
+    guard.install(tf32="off")
     assert _rel_rms(_run_dot(a, b, "tf32"), exact) < 1e-6  # the interpreter's own behaviour
 
 
@@ -458,7 +458,7 @@ def test_scale(lesson):
 
 
 def test_the_plugin_guards_triton_lessons_on_the_interpreter(course, monkeypatch):
-    from pytest_hpccourse import capabilities
+    from pytest_hpccourse.grading import capabilities
 
     if capabilities.has_torch_cuda():
         pytest.skip("a CUDA GPU runs Triton compiled, not interpreted")

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
-from pytest_hpccourse.cuda import cpu, source
+from pytest_hpccourse.runtimes import cuda
+from pytest_hpccourse.runtimes.cuda import cpu, source
 
 KERNELS = Path(__file__).parent / "kernels"
 emulator = pytest.mark.skipif(not cuda.emulator_available(), reason="no C++ compiler for the CUDA emulator")

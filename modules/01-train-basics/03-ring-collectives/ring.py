@@ -1,7 +1,7 @@
 """train-03: ring reduce-scatter + ring all-gather = all-reduce.
 
 Every rank holds a 1-D tensor of the same length S and talks only to its ring neighbours through a
-`comm` (see pytest_hpccourse.distributed.Comm): `comm.send(dst, tensor)` (asynchronous, copies),
+`comm` (see pytest_hpccourse.runtimes.ray.drills.Comm): `comm.send(dst, tensor)` (asynchronous, copies),
 `comm.recv(src)` (blocks for the next message from src), `comm.rank`, `comm.world_size`.
 
 The tensor is cut into N = world_size contiguous chunks (`chunk_bounds`). Convention used below,

@@ -1,7 +1,7 @@
 """Tests for train-03.
 
 Two transports run the same learner code: threads in this process (fast, many world sizes) and
-Ray actors through pytest_hpccourse.distributed.run_actors (the real thing: separate processes,
+Ray actors through pytest_hpccourse.runtimes.ray.drills.run_actors (the real thing: separate processes,
 every message serialized). References: a float64 sum of all ranks' inputs, and the exact byte count
 a ring must send.
 """
@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 import torch
 
-from pytest_hpccourse.distributed import run_actors
+from pytest_hpccourse.runtimes.ray.drills import run_actors
 
 
 class ThreadComm:

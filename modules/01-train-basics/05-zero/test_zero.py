@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from pytest_hpccourse.collectives import record_collectives
-from pytest_hpccourse.distributed import drill_once
+from pytest_hpccourse.runtimes.ray.collectives import record_collectives
+from pytest_hpccourse.runtimes.ray.drills import drill_once
 
 
 def test_shard_bounds(lesson):

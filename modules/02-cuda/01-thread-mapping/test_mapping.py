@@ -8,7 +8,7 @@ Outputs are poisoned with NaN before each launch: an element the kernel forgets 
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 SIZES = [1, 31, 33, 1000, 4099]  # 1 element, just under / over one warp, non-multiples of any block
 

@@ -7,7 +7,7 @@ poisoned with NaN first: an element no thread writes stays NaN.
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 TILE, ROWS_PER_PASS = 32, 8
 SHAPES = [(1, 1), (1, 37), (33, 31), (65, 130), (100, 47), (32, 64)]

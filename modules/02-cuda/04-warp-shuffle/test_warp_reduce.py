@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 U = 2.0**-24
 SIZES = (1, 31, 33, 1000, 4099, 20000)

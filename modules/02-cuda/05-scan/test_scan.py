@@ -7,7 +7,7 @@ are poisoned with a sentinel (0x7EADBEEF) before each launch.
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 POISON = 0x7EADBEEF
 

@@ -10,7 +10,7 @@ at most one global atomicAdd per (block, bin), and every input element read from
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 
 def _run(mod, data, nbins, block, grid):

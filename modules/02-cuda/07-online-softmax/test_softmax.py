@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 WARPS = 4  # rows per block
 

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 U = 2.0**-24
 EPS = 1e-5

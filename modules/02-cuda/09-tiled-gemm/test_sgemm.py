@@ -9,7 +9,7 @@ we allow 2 * K * 2^-24 * (|A| @ |B|). C is poisoned with NaN before each launch.
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 TILE = 16
 U = 2.0**-24

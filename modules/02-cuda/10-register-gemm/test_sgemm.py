@@ -22,7 +22,7 @@ nvcc makes it).
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 U = 2.0**-24
 DEFAULT = dict(BM=64, BN=64, BK=16, TM=4, TN=4)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 BM = BN = 32
 THREADS = 128

@@ -19,7 +19,7 @@ Outputs are poisoned (NaN / NaN-encoded bytes) before every launch.
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 BLOCK_K, TILE, MMA_K = 128, 16, 32
 U13, U24 = 2.0**-13, 2.0**-24

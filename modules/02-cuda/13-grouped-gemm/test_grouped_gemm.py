@@ -15,7 +15,7 @@ reads is counted by the emulator's race build (same grade on a CPU and a GPU box
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 BM = BN = 16
 U = 2.0**-24

@@ -17,7 +17,7 @@ only in the emulator's race build, so those tests load the module with backend="
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 U = 2.0**-24
 POISON = -7

@@ -21,7 +21,7 @@ traffic counters, on every machine.
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 EULER, HEUN = 0, 1
 NAMES = {EULER: "Euler", HEUN: "Heun"}

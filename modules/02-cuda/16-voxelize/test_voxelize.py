@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 EMPTY = -1
 POISON = -7

@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cuda
+from pytest_hpccourse.runtimes import cuda
 
 F32 = np.float32
 U = 2.0**-24

@@ -2,7 +2,7 @@
 bijection onto the tile, keeps 16-byte vectors whole, and serves row and column reads in the minimum number
 of wavefronts under the bank model of the README (the plain row-major layout does not).
 
-Bank model (the one the course's CUDA emulator uses, pytest_hpccourse/cuda/README.md): 32 banks of 4-byte
+Bank model (the one the course's CUDA emulator uses, pytest_hpccourse/runtimes/cuda/README.md): 32 banks of 4-byte
 words, bank = (byte address / 4) % 32; a warp's 16-byte accesses are served in 4 phases of 8 threads
 (128 bytes each); a phase costs as many wavefronts as the largest number of DISTINCT words that fall into
 one bank (threads reading the same word share it). The minimum is 1 wavefront per phase, 4 per warp.

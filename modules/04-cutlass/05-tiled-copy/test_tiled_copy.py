@@ -4,7 +4,7 @@ driver_host.cpp runs the learner's `copy_tile` for every thread of every CTA on 
 are host-callable) and prints, per case, every element each thread wrote (found by scanning the whole poisoned
 destination after each thread, so writes outside M x N show up too) and every copy instruction the TiledCopy's
 atom executed (the same TV layout rebuilt around a logging 128-bit atom). One build and one run serve every test
-(pytest_hpccourse.cutecxx caches the binary by content). Independent references:
+(pytest_hpccourse.runtimes.cute.cutecxx caches the binary by content). Independent references:
 - the source itself: element (r, c) holds r*N + c, everything outside M x N holds a negative value;
 - the CuTe DSL (nvidia-cutlass-dsl): `make_tiled_copy_tv` with the contract's thread and value layouts gives the
   TV layout the learner's TiledCopy must equal (as a function (thread, value) -> tile offset, via pycute);
@@ -25,7 +25,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cutecxx
+from pytest_hpccourse.runtimes.cute import cutecxx
 
 cutlass = cute = None  # the CuTe DSL, imported when the DSL test runs
 

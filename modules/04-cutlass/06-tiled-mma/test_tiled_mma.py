@@ -1,7 +1,7 @@
 """cute-06 tests: the lane -> fragment ownership of mma.sync.m16n8k16 (f16 in, f32 accumulate) and a CTA tile of C
 computed through a TiledMMA's partitions.
 
-One build and one run of driver_host.cpp serve every host test (pytest_hpccourse.cutecxx caches the binary). Three
+One build and one run of driver_host.cpp serve every host test (pytest_hpccourse.runtimes.cute.cutecxx caches the binary). Three
 independent references for the ownership maps, each for all 32 lanes x every value of A, B and C:
 - the PTX ISA's fragment tables ("Matrix Fragments for mma.m16n8k16 with floating point type"), written below as
   the ISA states them: groupID = %laneid >> 2, threadID_in_group = %laneid % 4, and the row/col rules per a_i, b_i,
@@ -26,7 +26,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from pytest_hpccourse import cutecxx
+from pytest_hpccourse.runtimes.cute import cutecxx
 
 cutlass = cute = None  # the CuTe DSL, imported when a DSL test runs
 VALUES = {"A": 8, "B": 4, "C": 4}

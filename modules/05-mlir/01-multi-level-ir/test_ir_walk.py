@@ -1,7 +1,7 @@
 """mlir-01 tests: the learner's walk, op counts, dialect counts and structural summary against MLIR itself.
 
 Oracles (none of them is the learner's traversal):
-  - `mlir-opt --print-op-stats` (the real tool, pytest_hpccourse.mlirrun.opt) for op counts, on the given
+  - `mlir-opt --print-op-stats` (the real tool, pytest_hpccourse.runtimes.mlirrun.opt) for op counts, on the given
     modules in examples/, on every stage of a linalg -> scf -> cf -> llvm lowering, and on 160 random modules
     (one mlir-opt process for all of them: --split-input-file prints one stats table per module);
   - MLIR's own walker (`Operation.walk(..., WalkOrder.PRE_ORDER)`, C++ `Operation::walk`) and the parent chain
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 SEED = 2201
 N_RANDOM = 120

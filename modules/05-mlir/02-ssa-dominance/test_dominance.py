@@ -22,7 +22,7 @@ import networkx as nx
 import pytest
 from mlir import ir
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 SEED = 2202
 

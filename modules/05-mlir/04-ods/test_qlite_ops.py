@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 # ---------------------------------------------------------------------------------------------------------
 # The spec table (README.md, the docstring of qlite_ops.py)

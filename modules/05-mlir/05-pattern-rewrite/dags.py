@@ -143,7 +143,7 @@ class Engine:
         from mlir import ir
         from mlir.execution_engine import ExecutionEngine
 
-        from pytest_hpccourse import mlirrun
+        from pytest_hpccourse.runtimes import mlirrun
 
         low = mlirrun.run_pipeline(text, TO_LLVM)
         self._ctx = ir.Context()

@@ -27,7 +27,7 @@ from xdsl.transforms.canonicalization_patterns.arith import (
 )
 from xdsl.transforms.dead_code_elimination import RemoveUnusedOperations, is_trivially_dead
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 COMMUTATIVE = (arith.AddiOp, arith.MuliOp, arith.AddfOp, arith.MulfOp)
 

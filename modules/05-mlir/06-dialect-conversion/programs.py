@@ -149,7 +149,7 @@ def run(lowered_funcs: str, programs: list[Program], seed: int = 0) -> list[str]
     from mlir import runtime as rt
     from mlir.execution_engine import ExecutionEngine
 
-    from pytest_hpccourse import mlirrun
+    from pytest_hpccourse.runtimes import mlirrun
 
     text = "module {\n" + lowered_funcs + "\n" + "\n".join(wrapper(p) for p in programs) + "\n}"
     low = mlirrun.run_pipeline(text, TO_LLVM)

@@ -17,7 +17,7 @@ import random
 import numpy as np
 import pytest
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 CH5 = """func.func @main() -> !toy.tensor<3x2xf64> {
   %0 = toy.constant dense<[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]> : tensor<2x3xf64> : !toy.tensor<2x3xf64>

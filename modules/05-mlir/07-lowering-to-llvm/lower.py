@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 STAGES = ("tile", "bufferize", "loops", "cf", "llvm")
 

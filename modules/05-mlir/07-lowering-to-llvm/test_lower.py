@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 TILES = [(8, 16, 4), (3, 5, 7), (16, 32, 8), (64, 64, 64)]
 

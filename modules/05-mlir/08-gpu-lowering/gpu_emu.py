@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 CPU_PIPELINE = ("builtin.module(lower-affine, convert-scf-to-cf, expand-strided-metadata, lower-affine, "
                 "convert-to-llvm, reconcile-unrealized-casts)")

@@ -11,7 +11,7 @@ The rest (the payload, running the stages, reading the PTX) is given.
 
 from __future__ import annotations
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 STAGES = ("map", "launch", "outline", "nvvm", "ptx")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_hpccourse import mlirrun
+from pytest_hpccourse.runtimes import mlirrun
 
 BLOCKS = [(8, 32), (4, 64), (1, 128), (3, 5), (16, 64)]
 CASES = [((37, 53, 29), b) for b in BLOCKS] + [((1, 1, 1), (8, 32)), ((64, 64, 16), (8, 32)), ((5, 130, 7), (4, 64))]

@@ -16,7 +16,7 @@ import random
 import numpy as np
 import pytest
 
-from pytest_hpccourse.distributed import run_ranks
+from pytest_hpccourse.runtimes.ray.drills import run_ranks
 
 
 @pytest.fixture

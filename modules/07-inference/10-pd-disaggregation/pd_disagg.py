@@ -204,7 +204,7 @@ class Router:
 
 def make_workers(n_prefill: int, n_decode: int, prefill_s: float = 0.01, step_s: float = 0.004) -> tuple[list, list]:
     """Start the actors (no CPU reservation: the toy work sleeps; threaded so stats() answers mid-decode)."""
-    from pytest_hpccourse.distributed import remote  # ray.remote, with this file shipped to the actors by value
+    from pytest_hpccourse.runtimes.ray.drills import remote  # ray.remote, with this file shipped to the actors by value
 
     p = remote(PrefillWorker, num_cpus=0, max_concurrency=4)
     d = remote(DecodeWorker, num_cpus=0, max_concurrency=16)

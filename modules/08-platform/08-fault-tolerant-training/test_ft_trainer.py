@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_hpccourse.distributed import ray_cluster, remote  # noqa: F401 - ray_cluster is a fixture
+from pytest_hpccourse.runtimes.ray.drills import ray_cluster, remote  # noqa: F401 - ray_cluster is a fixture
 
 pytestmark = pytest.mark.timeout(300)
 

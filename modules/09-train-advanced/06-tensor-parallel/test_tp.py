@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytest_hpccourse.collectives import record_collectives
-from pytest_hpccourse.distributed import drill_once
+from pytest_hpccourse.runtimes.ray.collectives import record_collectives
+from pytest_hpccourse.runtimes.ray.drills import drill_once
 
 B, S, H, HEADS, FFN = 2, 5, 12, 4, 20  # head dim 3; FFN/t and heads/t stay whole for t = 1, 2, 4
 CASES = {"mlp": ("mlp",), "attn": ("attn",), "layer": ("attn", "mlp")}  # blocks, in order

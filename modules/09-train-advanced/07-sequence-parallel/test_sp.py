@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytest_hpccourse.collectives import record_collectives
-from pytest_hpccourse.distributed import drill_once
+from pytest_hpccourse.runtimes.ray.collectives import record_collectives
+from pytest_hpccourse.runtimes.ray.drills import drill_once
 
 S, B, H, FFN, P = 8, 3, 12, 40, 0.25  # FFN/t != H for t = 2, 4: a saved [s, b, ffn/t] is not [s, b, h]
 ELEM = 8  # float64

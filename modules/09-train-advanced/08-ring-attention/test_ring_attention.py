@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pytest_hpccourse.collectives import record_collectives
-from pytest_hpccourse.distributed import drill_once
+from pytest_hpccourse.runtimes.ray.collectives import record_collectives
+from pytest_hpccourse.runtimes.ray.drills import drill_once
 
 
 def ref_zigzag(n, cp, r):  # independent of the lesson file

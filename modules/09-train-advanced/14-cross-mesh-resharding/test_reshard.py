@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_hpccourse.collectives import record_collectives
-from pytest_hpccourse.distributed import run_ranks
+from pytest_hpccourse.runtimes.ray.collectives import record_collectives
+from pytest_hpccourse.runtimes.ray.drills import run_ranks
 
 
 @pytest.fixture(scope="module")
