@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 26 part 3: grade the GPU-path lessons of modules 02 (cuda-10..17), 04, 06 and 07 on the H200 with
 # their references and the round-2 variants (docs/validity/round2/variants), to compare with the CPU grades.
-# Run on the GPU machine from the repository root, with .whl (nvidia-cutlass: pycute + CuTe headers) carried.
+# Run on the GPU machine from the repository root, with .whl carried: nvidia-cutlass (pycute + CuTe headers) and
+# tomli-w (a dependency of the package since the split; not on the device image).
 # Writes $OUT/attack.tgz (one JSON and one log per lesson) and $OUT/log.
 set -u
 OUT=${OUT:-/tmp/h200-attack}

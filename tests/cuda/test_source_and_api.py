@@ -245,7 +245,7 @@ def test_scalar_and_array_flavours(red):
 
 @emulator
 def test_backend_choice_is_forced_by_the_environment():
-    code = "from pytest_hpccourse import cuda; print(cuda.backend(), cuda.available())"
+    code = "from pytest_hpccourse.runtimes import cuda; print(cuda.backend(), cuda.available())"
     env = dict(os.environ, HPCCOURSE_CUDA="cpu")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=Path(__file__).parents[2])
     assert out.stdout.split() == ["cpu", "True"], out.stderr
