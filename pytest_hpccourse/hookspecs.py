@@ -53,11 +53,13 @@ def pytest_hpccourse_question_kinds() -> dict[str, Any]:
 
 @hookspec
 def pytest_hpccourse_report(course: Any, config: pytest.Config) -> None:
-    """Report the graded course: every implementation is called once, at the end of the run in the
-    process that holds the results (the xdist controller, never a worker), after pytest's own summary.
+    """Report the graded course: every implementation is called once, when every test has run, in the
+    process that holds the results (the xdist controller, never a worker): in `pytest_sessionfinish`, before
+    pytest's own summary (a reporter that prints and wants to come after it keeps its lines until then, as
+    the built-in table does).
 
     `course` is the run's `grading.course.Course`: `course.document()` is the `--course-json` document
     (docs/report-json.md), `course.durations()` the code-test seconds per lesson id. A reporter decides
     from `config` (its own options) whether to write anything. Built-in, in call order:
     `grading.builtins.JsonReport` (`--course-json`), `ClassroomReport` (`--course-classroom`) and
-    `TerminalReport` (`--course-report`, the table, printed last)."""
+    `TerminalReport` (`--course-report`, the table, printed after pytest's summary)."""

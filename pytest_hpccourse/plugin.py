@@ -225,17 +225,16 @@ class CourseHooks:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Any:
-        # Outermost wrapper: the reporters (hook pytest_hpccourse_report) run after pytest's own summary, so the
-        # course report is the last thing printed.
+        # Outermost wrapper: the reporters (hook pytest_hpccourse_report) run before pytest's own summary; the
+        # built-in terminal table keeps its lines until after it (grading/builtins.TerminalReport).
         if _is_worker(self.config):
             return (yield)
         if self.config.getoption("course_classroom"):
             self._mark_tampered()
+        self.config.hook.pytest_hpccourse_report(course=self.course, config=self.config)
         if self.concise:
             concise.hide_details(self.config)
-        result = yield
-        self.config.hook.pytest_hpccourse_report(course=self.course, config=self.config)
-        return result
+        return (yield)
 
     def _mark_tampered(self) -> None:
         try:

@@ -74,12 +74,14 @@ class ClassroomReport:
 
 
 class TerminalReport:
-    """`--course-report` (ini `course_report`): the per-lesson table, the last thing the run prints."""
+    """`--course-report` (ini `course_report`): the per-lesson table. The hook runs before pytest's own
+    summary; the table is kept until after it (this plugin's outer `pytest_sessionfinish` wrapper), so the
+    course report is the last thing a run prints."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_hpccourse_report(self, course: Course, config: pytest.Config) -> None:
-        terminal = config.pluginmanager.get_plugin("terminalreporter")
-        if terminal is None or not (config.getoption("course_report") or config.getini("course_report")):
+        if config.pluginmanager.get_plugin("terminalreporter") is None \
+                or not (config.getoption("course_report") or config.getini("course_report")):
             return
         doc = course.document()
         hint = ""
@@ -89,18 +91,30 @@ class TerminalReport:
             if failed is not None:
                 folder = course.result_for_rel(failed["path"]).dir
                 hint = concise.traceback_hint(folder, config.invocation_params.dir)
-        terminal.section("course report")
-        for line in report.lines(doc, hint=hint):
-            terminal.write_line(line)
+        config.stash[_TABLE] = report.lines(doc, hint=hint)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
+        result = yield
+        lines = session.config.stash.get(_TABLE, None)
+        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        if lines is not None and terminal is not None:
+            terminal.section("course report")
+            for line in lines:
+                terminal.write_line(line)
+        return result
 
 
-# Registration order: pluggy calls the last registered first, so the reporters run JSON, Classroom, table.
+_TABLE = pytest.StashKey[list[str]]()  # the table's lines, from the report hook to the end of the run
+
+# Registration order is call order here: pluggy calls `trylast` implementations in the order they were
+# registered, after every other one. The reporters run JSON, Classroom, table.
 PLUGINS: dict[str, object] = {
     "hpccourse-capabilities": BuiltinCapabilities(),
     "hpccourse-kinds": BuiltinKinds(),
-    "hpccourse-report-terminal": TerminalReport(),
-    "hpccourse-report-classroom": ClassroomReport(),
     "hpccourse-report-json": JsonReport(),
+    "hpccourse-report-classroom": ClassroomReport(),
+    "hpccourse-report-terminal": TerminalReport(),
 }
 
 
