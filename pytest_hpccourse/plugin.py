@@ -1,15 +1,19 @@
-"""pytest hooks of pytest-hpccourse. This module only wires the pieces together."""
+"""pytest hooks of pytest-hpccourse. This module only wires the pieces together.
+
+The course's own seams are hook specifications (hookspecs.py, docs/hooks.md), added to pytest's plugin
+manager in `pytest_addhooks` together with the built-in capabilities, question kinds and reporters
+(grading/builtins.py), which then go through the same hook calls as a third-party plugin's."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_hpccourse.grading import capabilities, classroom, concise, isolate, manifest, report
+from pytest_hpccourse import hookspecs
+from pytest_hpccourse.grading import builtins, capabilities, concise, isolate, manifest
 from pytest_hpccourse.grading.collect import LessonFile, ManifestItem, QuestionItem
 from pytest_hpccourse.grading.course import COURSE_KEY, Course
 from pytest_hpccourse.grading.results import PROPERTY, failure_line
@@ -45,12 +49,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("course_keys", default="", help="default for --course-keys")
 
 
-def _option(config: pytest.Config, name: str) -> Any:
-    """A command-line option, falling back to its ini equivalent (`course_json`, `course_keys`, ...)."""
-    value = config.getoption(name)
-    if value is None:
-        value = config.getini(name) or None
-    return value
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+    builtins.register(pluginmanager)
+
+
+_option = builtins.option
 
 
 def _explicit_import_mode(args: list[str]) -> bool:
@@ -93,11 +97,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.importmode = "importlib"
     # A lesson whose test file cannot even be imported must not stop the others from grading.
     config.option.continue_on_collection_errors = True
-    course = Course(config.rootpath, lesson_dirs, _option(config, "course_keys"))
+    course = Course(config.rootpath, lesson_dirs, _option(config, "course_keys"),
+                    capabilities=capabilities.Capabilities(builtins.merged(config.hook.pytest_hpccourse_capabilities())),
+                    kinds=builtins.merged(config.hook.pytest_hpccourse_question_kinds()))
     config.stash[COURSE_KEY] = course
     hooks = CourseHooks(config, course)
     config.pluginmanager.register(hooks, "hpccourse-course")
-    isolate.register(config, _option(config, "course_isolate"), hooks.code_test_lesson)
+    isolate.register(config, _option(config, "course_isolate"), hooks.code_test_lesson, course.capabilities.missing)
     # `requires` as written, so a lesson whose manifest does not validate yet still gets the interpreter.
     if any("triton" in r.raw_requires for r in course.results.values()):
         if "TRITON_INTERPRET" not in os.environ and not capabilities.has_torch_cuda():
@@ -187,8 +193,9 @@ class CourseHooks:
             item.user_properties.append((PROPERTY, {
                 "lesson": result.id, "dir": result.path,
                 "weight": float(marker.args[0]) if marker and marker.args else 1.0,
-                "needs": capabilities.missing(result.lesson.requires if result.lesson else ()),
-                "optional_needs": capabilities.missing([c for m in item.iter_markers("requires") for c in m.args]),
+                "needs": self.course.capabilities.missing(result.lesson.requires if result.lesson else ()),
+                "optional_needs": self.course.capabilities.missing(
+                    [c for m in item.iter_markers("requires") for c in m.args]),
             }))
         return (yield)
 
@@ -218,32 +225,16 @@ class CourseHooks:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Any:
-        # Outermost wrapper: the outputs are written before, the report printed after, pytest's own summary.
+        # Outermost wrapper: the reporters (hook pytest_hpccourse_report) run before pytest's own summary; the
+        # built-in terminal table keeps its lines until after it (grading/builtins.TerminalReport).
         if _is_worker(self.config):
             return (yield)
-        self._write_outputs()
+        if self.config.getoption("course_classroom"):
+            self._mark_tampered()
+        self.config.hook.pytest_hpccourse_report(course=self.course, config=self.config)
         if self.concise:
             concise.hide_details(self.config)
-        result = yield
-        self._print_report()
-        return result
-
-    def _write_outputs(self) -> None:
-        classroom_mode = self.config.getoption("course_classroom")
-        if classroom_mode:
-            self._mark_tampered()
-        json_path = _option(self.config, "course_json")
-        if not json_path and not classroom_mode:
-            return  # nothing to write; the terminal report builds the document itself
-        doc = self.course.document()
-        if json_path:
-            path = Path(json_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-        if classroom_mode:
-            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-            classroom.write(classroom.payload(doc, self.course.durations()),
-                            terminal.write_line if terminal is not None else None)
+        return (yield)
 
     def _mark_tampered(self) -> None:
         try:
@@ -264,19 +255,3 @@ class CourseHooks:
             more = len(self.other_failures) - len(shown)
             for line in shown + ([f"... and {more} more failures outside the lessons"] if more else []):
                 terminalreporter.write_line(line)
-
-    def _print_report(self) -> None:
-        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        if terminal is None or not (self.config.getoption("course_report") or self.config.getini("course_report")):
-            return
-        doc = self.course.document()
-        hint = ""
-        if self.concise:
-            failed = next((le for le in doc["lessons"]
-                           if le["status"] != "INVALID" and le["code"]["status"] in ("FAIL", "ERROR")), None)
-            if failed is not None:
-                folder = self.course.result_for_rel(failed["path"]).dir
-                hint = concise.traceback_hint(folder, self.config.invocation_params.dir)
-        terminal.section("course report")
-        for line in report.lines(doc, hint=hint):
-            terminal.write_line(line)

@@ -3,6 +3,7 @@
 - Dependencies point one way: `runtimes` imports nothing from `grading`, `authoring` or `site`; `grading`
   nothing from `authoring` or `site`; `authoring` nothing from `site`; no subpackage imports `plugin` or
   `cli` (the two top-level modules that wire everything); the package's `__init__` imports none of it.
+- `hookspecs` (the hook specifications) imports nothing of the package, and only `plugin` imports it.
 - Each runtime (cuda, triton, ray, cute, mlirrun) imports no other runtime.
 - No import circles between modules (lazy imports inside functions count too).
 - Every `pytest_hpccourse...` import anywhere in the repository (package, tests, lessons, benchmarks, scripts,
@@ -28,6 +29,7 @@ ALLOWED = {
     "site": {"runtimes", "grading", "authoring"},
 }
 TOP = ("plugin", "cli")  # wiring: may import every layer; nothing in the package imports them
+HOOKSPECS = "hookspecs"  # the hook specifications: import nothing of the package; only `plugin` imports them
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -103,6 +105,10 @@ def violations(graph: dict[str, dict[str, int]], root: Path = ROOT) -> list[str]
                 continue  # the package's __init__ (version, plugin name): anyone may import it
             if layer is None:
                 bad.append(f"{where}:{line}: the package __init__ imports {target}")
+            elif layer == HOOKSPECS:
+                bad.append(f"{where}:{line}: the hook specifications import {target}")
+            elif to == HOOKSPECS and layer != "plugin":
+                bad.append(f"{where}:{line}: only plugin imports the hook specifications ({module} -> {target})")
             elif layer in TOP:
                 continue
             elif to in TOP:
@@ -164,7 +170,7 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 
 def test_layout() -> None:
     top = {p.name for p in (ROOT / PACKAGE).iterdir() if not p.name.startswith((".", "__pycache__"))}
-    assert top == {"__init__.py", "py.typed", "plugin.py", "cli.py", *SUBPACKAGES}, top
+    assert top == {"__init__.py", "py.typed", "plugin.py", "cli.py", "hookspecs.py", *SUBPACKAGES}, top
     for sub in SUBPACKAGES:
         for folder in [ROOT / PACKAGE / sub, *(ROOT / PACKAGE / sub).rglob("*")]:
             if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py")):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import yaml
 
 from . import formula
 from .manifest import Question
+from .rubric import Rubric
 
 FILENAME = "answers.yaml"
 DEFAULT_MAX_CHARS = 600
@@ -42,6 +44,10 @@ class AnswerSheet:
             if isinstance(key, str) and key.strip().upper() == qid:
                 return True, value
         return False, None
+
+
+# A question kind's grader: (question, the learner's answer, its points, the rubric) -> Grade.
+Grader = Callable[[Question, Any, float, Rubric], Grade]
 
 
 def read_sheet(path: Path) -> AnswerSheet:
@@ -113,68 +119,95 @@ def _squash(text: str) -> str:
 
 
 def grade(q: Question, present: bool, value: Any, max_score: float, *,
-          keywords_max_chars: int = DEFAULT_MAX_CHARS, formula_points: int = 24) -> Grade:
-    """Grade one answer. `present` says whether the sheet had the key at all."""
+          keywords_max_chars: int = DEFAULT_MAX_CHARS, formula_points: int = 24,
+          rubric: Rubric | None = None, kinds: Mapping[str, Grader] | None = None) -> Grade:
+    """Grade one answer. `present` says whether the sheet had the key at all.
+
+    The question's kind is graded by `kinds[q.kind]` (default: the built-in `KINDS`; a run passes the
+    kinds of hook `pytest_hpccourse_question_kinds`). `rubric` defaults to one with `keywords_max_chars` and
+    `formula_points`."""
     if not q.has_key:
         return Grade(0.0, max_score, "NEEDS", f"{q.id}: NEEDS key (no answer key; see --course-keys)")
     if not present:
         return _fail(q, max_score, f"no answer in {FILENAME}")
     if value is None or (isinstance(value, str) and not value.strip()) or value == []:
         return _fail(q, max_score, "answer is empty")
+    grader = (KINDS if kinds is None else kinds).get(q.kind)
+    if grader is None:
+        return _fail(q, max_score, f"unknown question kind {q.kind!r}")
+    if rubric is None:
+        rubric = Rubric(keywords_max_chars=keywords_max_chars, formula_points=formula_points)
+    return grader(q, value, max_score, rubric)
 
-    if q.kind == "choice":
-        letter = _letter(value)
-        if letter is None:
-            return _fail(q, max_score, f"expected one option letter (e.g. B), got {value!r}")
-        if letter not in q.option_letters():
-            return _fail(q, max_score, f"{letter} is not one of the options {', '.join(q.option_letters())}")
-        return _full(max_score) if letter == q.answer else _fail(q, max_score, f"{letter} is not the right option")
 
-    if q.kind == "multi":
-        letters = _letters(value)
-        if letters is None:
-            return _fail(q, max_score, f"expected option letters (e.g. [A, C] or \"A,C\"), got {value!r}")
-        unknown = sorted(set(letters) - set(q.option_letters()))
-        if unknown:
-            return _fail(q, max_score, f"{', '.join(unknown)} not among the options")
-        if sorted(set(letters)) == list(q.answer):
-            return _full(max_score)
-        return _fail(q, max_score, f"{','.join(sorted(set(letters)))} is not the right set of options (all-or-nothing)")
+def grade_choice(q: Question, value: Any, max_score: float, rubric: Rubric) -> Grade:
+    """`choice`: one option letter."""
+    letter = _letter(value)
+    if letter is None:
+        return _fail(q, max_score, f"expected one option letter (e.g. B), got {value!r}")
+    if letter not in q.option_letters():
+        return _fail(q, max_score, f"{letter} is not one of the options {', '.join(q.option_letters())}")
+    return _full(max_score) if letter == q.answer else _fail(q, max_score, f"{letter} is not the right option")
 
-    if q.kind == "numeric":
-        number = _number(value)
-        if number is None:
-            return _fail(q, max_score, f"expected a finite number{_unit(q)}, got {value!r}")
-        key = float(q.answer)
-        allowed = max(q.abs_tol or 0.0, (q.rel_tol or 0.0) * abs(key))
-        if abs(number - key) <= allowed:
-            return _full(max_score)
-        return _fail(q, max_score, f"{number:g}{_unit(q)} is outside the accepted tolerance")
 
-    if q.kind == "formula":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = repr(value)
-        if not isinstance(value, str):
-            return _fail(q, max_score, f"expected a formula as text, e.g. \"16*psi/N\", got {type(value).__name__}")
-        ok, reason = formula.equivalent(value, str(q.answer), q.variables, points=formula_points,
-                                        rel_tol=q.rel_tol or 1e-6, domain=q.domain,
-                                        seed=zlib.crc32(q.id.encode()))
-        return _full(max_score) if ok else _fail(q, max_score, reason)
+def grade_multi(q: Question, value: Any, max_score: float, rubric: Rubric) -> Grade:
+    """`multi`: a set of option letters, all-or-nothing."""
+    letters = _letters(value)
+    if letters is None:
+        return _fail(q, max_score, f"expected option letters (e.g. [A, C] or \"A,C\"), got {value!r}")
+    unknown = sorted(set(letters) - set(q.option_letters()))
+    if unknown:
+        return _fail(q, max_score, f"{', '.join(unknown)} not among the options")
+    if sorted(set(letters)) == list(q.answer):
+        return _full(max_score)
+    return _fail(q, max_score, f"{','.join(sorted(set(letters)))} is not the right set of options (all-or-nothing)")
 
-    if q.kind == "keywords":
-        if not isinstance(value, str):
-            return _fail(q, max_score, f"expected a short text answer, got {type(value).__name__}")
-        cap = q.max_chars or keywords_max_chars
-        if len(value) > cap:
-            return _fail(q, max_score, f"answer is {len(value)} characters, over the {cap}-character cap")
-        text = _squash(value)
-        hits = sum(any(_squash(s) in text for s in group) for group in q.groups)
-        score = round(max_score * hits / len(q.groups), 2)
-        if hits == len(q.groups):
-            return _full(max_score)
-        return Grade(score, max_score, "FAIL", f"{q.id}: covers {hits} of {len(q.groups)} key concepts")
 
-    return _fail(q, max_score, f"unknown question kind {q.kind!r}")
+def grade_numeric(q: Question, value: Any, max_score: float, rubric: Rubric) -> Grade:
+    """`numeric`: a finite number within `rel_tol` / `abs_tol` of the key."""
+    number = _number(value)
+    if number is None:
+        return _fail(q, max_score, f"expected a finite number{_unit(q)}, got {value!r}")
+    key = float(q.answer)
+    allowed = max(q.abs_tol or 0.0, (q.rel_tol or 0.0) * abs(key))
+    if abs(number - key) <= allowed:
+        return _full(max_score)
+    return _fail(q, max_score, f"{number:g}{_unit(q)} is outside the accepted tolerance")
+
+
+def grade_formula(q: Question, value: Any, max_score: float, rubric: Rubric) -> Grade:
+    """`formula`: an expression equal to the key at `rubric.formula_points` random points."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = repr(value)
+    if not isinstance(value, str):
+        return _fail(q, max_score, f"expected a formula as text, e.g. \"16*psi/N\", got {type(value).__name__}")
+    ok, reason = formula.equivalent(value, str(q.answer), q.variables, points=rubric.formula_points,
+                                    rel_tol=q.rel_tol or 1e-6, domain=q.domain,
+                                    seed=zlib.crc32(q.id.encode()))
+    return _full(max_score) if ok else _fail(q, max_score, reason)
+
+
+def grade_keywords(q: Question, value: Any, max_score: float, rubric: Rubric) -> Grade:
+    """`keywords`: short text, points in proportion to the concept groups it covers."""
+    if not isinstance(value, str):
+        return _fail(q, max_score, f"expected a short text answer, got {type(value).__name__}")
+    cap = q.max_chars or rubric.keywords_max_chars
+    if len(value) > cap:
+        return _fail(q, max_score, f"answer is {len(value)} characters, over the {cap}-character cap")
+    text = _squash(value)
+    hits = sum(any(_squash(s) in text for s in group) for group in q.groups)
+    score = round(max_score * hits / len(q.groups), 2)
+    if hits == len(q.groups):
+        return _full(max_score)
+    return Grade(score, max_score, "FAIL", f"{q.id}: covers {hits} of {len(q.groups)} key concepts")
+
+
+grade_keywords.objective = False  # type: ignore[attr-defined]  # see hookspecs.pytest_hpccourse_question_kinds
+
+# The built-in question kinds, in the order manifest.KINDS names them (registered through the hook
+# `pytest_hpccourse_question_kinds` by grading.builtins, like a plugin's kinds).
+KINDS: dict[str, Grader] = {"choice": grade_choice, "multi": grade_multi, "numeric": grade_numeric,
+                            "formula": grade_formula, "keywords": grade_keywords}
 
 
 def _full(max_score: float) -> Grade:

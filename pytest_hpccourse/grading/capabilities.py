@@ -12,7 +12,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 
 def _has_module(name: str) -> bool:
@@ -130,16 +130,43 @@ def known() -> frozenset[str]:
     return frozenset(DETECTORS)
 
 
+def _turned_off(name: str) -> bool:
+    return name in {c.strip() for c in os.environ.get("HPCCOURSE_CAPS_OFF", "").split(",") if c.strip()}
+
+
 @functools.cache
 def available(name: str) -> bool:
-    """Whether capability `name` is present here. Unknown names are never available."""
-    off = {c.strip() for c in os.environ.get("HPCCOURSE_CAPS_OFF", "").split(",") if c.strip()}
-    if name in off:
+    """Whether built-in capability `name` is present here. Unknown names are never available."""
+    if _turned_off(name):
         return False
     detector = DETECTORS.get(name)
     return bool(detector and detector())
 
 
 def missing(names: Iterable[str]) -> list[str]:
-    """The capabilities among `names` that this machine lacks, in the given order."""
+    """The built-in capabilities among `names` that this machine lacks, in the given order."""
     return [n for n in names if not available(n)]
+
+
+class Capabilities:
+    """The capabilities of one run: the built-in detectors and those plugins add (hook
+    `pytest_hpccourse_capabilities`). A built-in detector goes through `available` (cached per process); any
+    other runs at most once per instance. `HPCCOURSE_CAPS_OFF` applies to all."""
+
+    def __init__(self, detectors: Mapping[str, Callable[[], bool]] | None = None) -> None:
+        self.detectors: dict[str, Callable[[], bool]] = dict(DETECTORS if detectors is None else detectors)
+        self._seen: dict[str, bool] = {}
+
+    def known(self) -> frozenset[str]:
+        return frozenset(self.detectors)
+
+    def available(self, name: str) -> bool:
+        detector = self.detectors.get(name)
+        if detector is not None and detector is DETECTORS.get(name):
+            return available(name)
+        if name not in self._seen:
+            self._seen[name] = not _turned_off(name) and bool(detector and detector())
+        return self._seen[name]
+
+    def missing(self, names: Iterable[str]) -> list[str]:
+        return [n for n in names if not self.available(n)]

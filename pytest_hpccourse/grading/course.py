@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import manifest, report
+from . import answers, manifest, report
+from . import capabilities as caps_mod
 from . import rubric as rubric_mod
 from .results import PROPERTY, LessonResult, combine, failure_line
 
@@ -17,8 +19,14 @@ REPO_KEYS = Path(".hpccourse") / "keys.toml"
 
 
 class Course:
-    def __init__(self, rootdir: Path, lesson_dirs: list[Path], keys_path: str | None = None) -> None:
+    def __init__(self, rootdir: Path, lesson_dirs: list[Path], keys_path: str | None = None, *,
+                 capabilities: caps_mod.Capabilities | None = None,
+                 kinds: Mapping[str, answers.Grader] | None = None) -> None:
         self.rootdir = Path(rootdir).resolve()
+        # What the run's plugins provide (hooks pytest_hpccourse_capabilities, pytest_hpccourse_question_kinds; the
+        # built-in ones come through them too); the defaults are the built-in ones.
+        self.capabilities = capabilities if capabilities is not None else caps_mod.Capabilities()
+        self.kinds: Mapping[str, answers.Grader] = kinds if kinds is not None else dict(answers.KINDS)
         self.results: dict[Path, LessonResult] = {}
         self.notices: list[str] = []
         self.explicit_keys: dict[str, dict[str, dict]] = {}
@@ -60,7 +68,7 @@ class Course:
         except rubric_mod.RubricError as exc:
             result.invalid = str(exc)
         try:
-            lesson = manifest.load_lesson(folder)
+            lesson = manifest.load_lesson(folder, kinds=self.kinds, capabilities=self.capabilities.known())
         except manifest.ManifestError as exc:
             result.invalid = result.invalid or str(exc)
             raw = manifest.read_raw(folder)
@@ -118,7 +126,8 @@ class Course:
     def grade_questions_for(self, folder: Path) -> LessonResult:
         result = self.result_for(folder)
         if result.dir not in self._graded:
-            result.grade_questions(self.keys_for(result.dir))
+            result.grade_questions(self.keys_for(result.dir), kinds=self.kinds,
+                                   capabilities=self.capabilities.known())
             self._graded.add(result.dir)
         return result
 

@@ -154,10 +154,12 @@ class _Child:
 class Isolation:
     """The hooks that run isolated tests in a lesson's child (registered by `register` unless off)."""
 
-    def __init__(self, config: pytest.Config, mode: str, lesson_of: LessonOf) -> None:
+    def __init__(self, config: pytest.Config, mode: str, lesson_of: LessonOf,
+                 missing: Callable[[list[str]], list[str]] | None = None) -> None:
         self.config = config
         self.mode = mode
         self.lesson_of = lesson_of
+        self.missing = missing
         self.child: _Child | None = None
         self._index: dict[pytest.Item, int] = {}
 
@@ -174,7 +176,7 @@ class Isolation:
         if _in_child or not hasattr(os, "fork"):
             return False
         found = self.lesson_of(item)
-        if found is None or capabilities.missing(found[1]):
+        if found is None or (self.missing or capabilities.missing)(found[1]):
             return False  # not a lesson code test, or it is skipped as NEEDS anyway
         return wants_isolation(self.mode, found[1], interpreter=os.environ.get("TRITON_INTERPRET") == "1",
                                gpu=lambda: capabilities.has_torch_cuda() or capabilities.has_cuda_gpu())
@@ -296,13 +298,15 @@ class Isolation:
         child.faults.close()
 
 
-def register(config: pytest.Config, mode: str, lesson_of: LessonOf) -> None:
-    """Register the isolation hooks unless `mode` is off or a debugger is asked for."""
+def register(config: pytest.Config, mode: str, lesson_of: LessonOf,
+             missing: Callable[[list[str]], list[str]] | None = None) -> None:
+    """Register the isolation hooks unless `mode` is off or a debugger is asked for. `missing`: the run's
+    capabilities' `missing` (default: the built-in capabilities')."""
     if mode not in MODES:
         raise pytest.UsageError(f"--course-isolate: expected one of {', '.join(MODES)}, got {mode!r}")
     if mode == "off" or config.getoption("usepdb", False) or config.getoption("trace", False):
         return
-    config.pluginmanager.register(Isolation(config, mode, lesson_of), "hpccourse-isolate")
+    config.pluginmanager.register(Isolation(config, mode, lesson_of, missing), "hpccourse-isolate")
 
 
 def _write_all(fd: int, data: bytes) -> None:

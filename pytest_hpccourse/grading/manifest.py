@@ -13,7 +13,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,25 @@ def display_path(path: Path) -> str:
 
 
 class _Validator:
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, kinds: Mapping[str, Any] | None = None,
+                 capabilities: Collection[str] | None = None) -> None:
         self.where = where
+        # The question kinds (name -> grader) and capabilities a lesson may use; None: the built-in ones.
+        self.kinds = kinds
+        self.capabilities = capabilities
+
+    def kind_names(self) -> tuple[str, ...]:
+        if self.kinds is None:
+            return KINDS
+        return tuple(k for k in KINDS if k in self.kinds) + tuple(sorted(k for k in self.kinds if k not in KINDS))
+
+    def objective(self, kind: str) -> bool:
+        if kind in KINDS:
+            return kind in OBJECTIVE_KINDS
+        return self.kinds is not None and bool(getattr(self.kinds.get(kind), "objective", True))
+
+    def known_capabilities(self) -> frozenset[str]:
+        return capabilities.known() if self.capabilities is None else frozenset(self.capabilities)
 
     def fail(self, field_name: str, message: str) -> None:
         raise ManifestError(f"{self.where}: {field_name}: {message}")
@@ -156,8 +173,8 @@ def _question(v: _Validator, raw: Any, index: int) -> Question:
     if qid != QUESTION_IDS[index]:
         v.fail(prefix + "id", f"must be {QUESTION_IDS[index]!r} (questions are Q1, Q2, Q3 in order)")
     kind = v.string(raw, "kind", prefix)
-    if kind not in KINDS:
-        v.fail(prefix + "kind", f"must be one of {', '.join(KINDS)}")
+    if kind not in v.kind_names():
+        v.fail(prefix + "kind", f"must be one of {', '.join(v.kind_names())}")
     prompt = v.string(raw, "prompt", prefix)
     explanation = v.string(raw, "explanation", prefix, required=False)
     if "explanation" in raw and not explanation.strip():
@@ -234,6 +251,17 @@ def _question(v: _Validator, raw: Any, index: int) -> Question:
             q = replace(q, max_chars=mc)
         if answer is not None:
             v.fail(prefix + "answer", "keywords questions are keyed by groups, not answer")
+    else:
+        # A plugin's kind (hook pytest_hpccourse_question_kinds): `answer` is its key, kept as written; `options`
+        # and `unit` as for the built-in kinds; its grader's `validate` checks the key.
+        if "options" in raw:
+            q = replace(q, options=v.string_list(raw, "options", prefix, nonempty=True))
+        q = replace(q, unit=v.string(raw, "unit", prefix, required=False), answer=answer)
+        validate = getattr(v.kinds.get(kind) if v.kinds else None, "validate", None)
+        if answer is not None and callable(validate):
+            problem = validate(q)
+            if problem:
+                v.fail(prefix + "answer", str(problem))
     return q
 
 
@@ -259,8 +287,11 @@ def _mutant(v: _Validator, raw: Any, index: int, files: tuple[str, ...], lesson_
     return Mutant(file=file, find=find, replace=raw["replace"], count=count, why=why)
 
 
-def parse(data: dict, lesson_dir: Path, where: str | None = None) -> Lesson:
-    v = _Validator(where or display_path(lesson_dir / FILENAME))
+def parse(data: dict, lesson_dir: Path, where: str | None = None, *, kinds: Mapping[str, Any] | None = None,
+          capabilities: Collection[str] | None = None) -> Lesson:
+    """Validate a manifest's TOML. `kinds` (kind -> grader) and `capabilities` (names) are those a run's
+    plugins provide (hooks `pytest_hpccourse_question_kinds`, `pytest_hpccourse_capabilities`); None: the built-in ones."""
+    v = _Validator(where or display_path(lesson_dir / FILENAME), kinds, capabilities)
     known = {"id", "title", "title_en", "requires", "files", "tests", "mutants", "alternatives", "questions"}
     for key in data:
         if key not in known:
@@ -272,8 +303,8 @@ def parse(data: dict, lesson_dir: Path, where: str | None = None) -> Lesson:
     title_en = v.string(data, "title_en", "", required=False)
     requires = v.string_list(data, "requires")
     for cap in requires:
-        if cap not in capabilities.known():
-            v.fail("requires", f"unknown capability {cap!r} (known: {', '.join(sorted(capabilities.known()))})")
+        if cap not in v.known_capabilities():
+            v.fail("requires", f"unknown capability {cap!r} (known: {', '.join(sorted(v.known_capabilities()))})")
     files = v.string_list(data, "files")
     tests = v.string_list(data, "tests", nonempty=True)
     for key, names in (("files", files), ("tests", tests)):
@@ -300,15 +331,18 @@ def parse(data: dict, lesson_dir: Path, where: str | None = None) -> Lesson:
     questions = tuple(_question(v, q, i) for i, q in enumerate(questions_raw))
     if sum(q.kind == "keywords" for q in questions) > 1:
         v.fail("questions", "at most one keywords question per lesson")
-    if sum(q.kind in OBJECTIVE_KINDS for q in questions) < 2:
-        v.fail("questions", "at least two questions must be objectively graded (choice, multi, numeric, formula)")
+    if sum(v.objective(q.kind) for q in questions) < 2:
+        objective = ", ".join(k for k in v.kind_names() if v.objective(k))
+        v.fail("questions", f"at least two questions must be objectively graded ({objective})")
     return Lesson(dir=lesson_dir, id=lesson_id, title=title, title_en=title_en, requires=requires,
                   files=files, tests=tests, mutants=mutants, questions=questions,
                   alternatives=alternatives, raw=data)
 
 
-def load_lesson(lesson_dir: Path) -> Lesson:
-    """Load and validate `lesson_dir/lesson.toml`; raises ManifestError."""
+def load_lesson(lesson_dir: Path, *, kinds: Mapping[str, Any] | None = None,
+                capabilities: Collection[str] | None = None) -> Lesson:
+    """Load and validate `lesson_dir/lesson.toml`; raises ManifestError. `kinds`, `capabilities`: as
+    for `parse` (None: the built-in ones, as `hpccourse check` and `audit` load lessons outside pytest)."""
     lesson_dir = Path(lesson_dir).resolve()
     path = lesson_dir / FILENAME
     where = display_path(path)
@@ -320,7 +354,7 @@ def load_lesson(lesson_dir: Path) -> Lesson:
         raise ManifestError(f"{where}: not UTF-8 text: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{where}: invalid TOML: {exc}") from exc
-    return parse(data, lesson_dir, where)
+    return parse(data, lesson_dir, where, kinds=kinds, capabilities=capabilities)
 
 
 def read_raw(lesson_dir: Path) -> dict:
@@ -412,7 +446,8 @@ def read_keys(path: Path) -> dict[str, dict[str, dict]]:
     return data
 
 
-def apply_keys(lesson: Lesson, keys: dict[str, dict[str, dict]], where: str = "keys") -> Lesson:
+def apply_keys(lesson: Lesson, keys: dict[str, dict[str, dict]], where: str = "keys", *,
+               kinds: Mapping[str, Any] | None = None, capabilities: Collection[str] | None = None) -> Lesson:
     """`lesson` with key fields filled from `keys` where the manifest lacks them, re-validated."""
     table = keys.get(lesson.id)
     if not table:
@@ -426,4 +461,5 @@ def apply_keys(lesson: Lesson, keys: dict[str, dict[str, dict]], where: str = "k
                 raw[key] = value
         questions.append(raw)
     data["questions"] = questions
-    return parse(data, lesson.dir, f"{display_path(lesson.manifest)} (+ {where})")
+    return parse(data, lesson.dir, f"{display_path(lesson.manifest)} (+ {where})", kinds=kinds,
+                 capabilities=capabilities)

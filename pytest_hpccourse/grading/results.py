@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,12 +87,15 @@ class LessonResult:
         }
 
     # ---- whole lesson ---------------------------------------------------------------------
-    def grade_questions(self, keys: dict[str, dict[str, dict]] | None) -> None:
+    def grade_questions(self, keys: dict[str, dict[str, dict]] | None, *,
+                        kinds: Mapping[str, answers.Grader] | None = None,
+                        capabilities: Collection[str] | None = None) -> None:
+        """Grade the three questions; `kinds`, `capabilities`: the run's (None: the built-in ones)."""
         if self.lesson is None:
             return
         if keys:
             try:
-                self.lesson = manifest.apply_keys(self.lesson, keys)
+                self.lesson = manifest.apply_keys(self.lesson, keys, kinds=kinds, capabilities=capabilities)
             except manifest.ManifestError as exc:
                 self.invalid = str(exc)
                 return
@@ -102,9 +106,7 @@ class LessonResult:
                 self.grades.append(answers.Grade(0.0, max_score, "FAIL", f"{q.id}: {sheet.error}"))
                 continue
             present, value = sheet.get(q.id)
-            self.grades.append(answers.grade(q, present, value, max_score,
-                                             keywords_max_chars=self.rubric.keywords_max_chars,
-                                             formula_points=self.rubric.formula_points))
+            self.grades.append(answers.grade(q, present, value, max_score, rubric=self.rubric, kinds=kinds))
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rubric
