@@ -499,6 +499,18 @@ def test_plugin_url_pins_the_requirement(tmp_path: Path):
     assert '"numpy>=1.26"' in text
 
 
+def test_a_release_pins_the_plugin_version_it_was_made_with(tmp_path: Path):
+    from pytest_hpccourse import __version__
+    from pytest_hpccourse.authoring.release import pin_plugin
+
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\ndependencies = ["numpy>=1.26", "pytest-hpccourse[cuda]>=0.1", "pytest-hpccourse"]\n')
+    assert pin_plugin(pyproject) == 2
+    text = pyproject.read_text()
+    assert f'"pytest-hpccourse[cuda]=={__version__}"' in text and f'"pytest-hpccourse=={__version__}"' in text
+    assert '"numpy>=1.26"' in text
+
+
 def test_every_lesson_round_trips_through_the_release_writer():
     """What release writes (the released lesson.toml, the keys) reads back equal, for every lesson of the course."""
     for path in sorted((REPO / "modules").rglob("lesson.toml")):

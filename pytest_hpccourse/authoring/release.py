@@ -24,6 +24,7 @@ from typing import Any
 
 import tomli_w
 
+from pytest_hpccourse import __version__
 from pytest_hpccourse.grading import integrity, manifest
 
 from .regions import RegionError, Style, blank, find_regions, style_for
@@ -229,15 +230,16 @@ def _copy_template(template: Path, out: Path, gpu_runner: bool) -> None:
         readme.write_text(text, encoding="utf-8")
 
 
-def pin_plugin(pyproject: Path, url: str) -> int:
-    """Point the `pytest-hpccourse` requirements of `pyproject` at `url` (PEP 508 direct reference).
-
-    The package is not on PyPI: a Classroom runner installs it from the course repo, e.g.
-    `git+https://github.com/ORG/pytest-hpccourse@v0.1.0`. Extras are kept. Returns how many changed.
+def pin_plugin(pyproject: Path, url: str | None = None, version: str = __version__) -> int:
+    """Pin the `pytest-hpccourse` requirements of `pyproject` to the plugin this release was made with, so a
+    learner's fork keeps grading the same way after the course moves on: `==version` by default, or the
+    PEP 508 direct reference `url` (the package is not on PyPI: a Classroom runner installs it from the course
+    repo, e.g. `git+https://github.com/ORG/pytest-hpccourse@v0.1.0`). Extras are kept. Returns how many changed.
     """
     text = pyproject.read_text(encoding="utf-8")
     pattern = re.compile(r'"pytest-hpccourse(\[[^\]]*\])?[^"]*"')
-    new, count = pattern.subn(lambda m: f'"pytest-hpccourse{m.group(1) or ""} @ {url}"', text)
+    pin = f" @ {url}" if url else f"=={version}"
+    new, count = pattern.subn(lambda m: f'"pytest-hpccourse{m.group(1) or ""}{pin}"', text)
     pyproject.write_text(new, encoding="utf-8")
     return count
 
@@ -275,7 +277,7 @@ def release_module(module: Path, out: Path, *, keys: bool = True, template: Path
     created = not out.exists()
     try:
         shutil.copytree(module, out, ignore=shutil.ignore_patterns(*IGNORED), dirs_exist_ok=True)
-        if plugin_url and not pin_plugin(out / "pyproject.toml", plugin_url):
+        if not pin_plugin(out / "pyproject.toml", plugin_url):
             raise ReleaseError(f"{module / 'pyproject.toml'}: no pytest-hpccourse requirement to pin")
         return _release_in_place(out, keys, template, scoring, gpu_runner)
     except BaseException:
@@ -354,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scoring", type=Path, help="rubric (default: <course>/scoring.toml)")
     p.add_argument("--plugin-url", metavar="URL",
                    help="install pytest-hpccourse from URL in the released pyproject, e.g. "
-                        "git+https://github.com/ORG/pytest-hpccourse@v0.1.0 (it is not on PyPI)")
+                        "git+https://github.com/ORG/pytest-hpccourse@v0.1.0 (it is not on PyPI); "
+                        f"default: pinned to this plugin's version (=={__version__})")
     return p
 
 
