@@ -188,22 +188,28 @@ def _needs_tiled(run: Run) -> None:
     assert "tv" in run.tiled, "the driver printed no TiledMMA"
 
 
-@pytest.mark.points(1)
-@pytest.mark.requires("cute-dsl")
-def test_tiled_mma_c_partition_matches_the_dsl(run):
+def _compare_c_partition(run: Run, want: np.ndarray, source: str) -> None:
+    """The learner's TiledMMA has the contract's size and its C TV layout (m + 32 * n per thread + 128 * value)
+    equals `want`, taken from `source`."""
     _needs_tiled(run)
     assert run.tiled["threads"] == 128, f"the TiledMMA has {run.tiled['threads']} threads; 2 x 2 warps are 128"
     assert run.tiled["tile"] == (32, 32, 16), (f"the TiledMMA covers {run.tiled['tile']} per step; the contract's "
                                                f"2 x 2 warps permuted to 32 x 32 x 16")
-    text = _dsl_layouts()["tiledC"]
-    want = _pycute_values(text)
     got = run.tiled["tv"]
-    assert got.shape == want.shape, f"your C TV layout {run.tiled['layout']} vs the DSL's {text}: sizes differ"
+    assert got.shape == want.shape, (f"your C TV layout {run.tiled['layout']} has {got.size} entries, "
+                                     f"{want.size} in {source}")
     bad = np.flatnonzero(got != want)
     if bad.size:
         t, v = int(bad[0]) % 128, int(bad[0]) // 128
         pytest.fail(f"thread {t} value {v} owns C (m, n) = ({got[bad[0]] % 32}, {got[bad[0]] // 32}) in your "
-                    f"TiledMMA {run.tiled['layout']}, ({want[bad[0]] % 32}, {want[bad[0]] // 32}) in the DSL's {text}")
+                    f"TiledMMA {run.tiled['layout']}, ({want[bad[0]] % 32}, {want[bad[0]] // 32}) in {source}")
+
+
+@pytest.mark.points(1)
+@pytest.mark.requires("cute-dsl")
+def test_tiled_mma_c_partition_matches_the_dsl(run):
+    text = _dsl_layouts()["tiledC"]
+    _compare_c_partition(run, _pycute_values(text), f"the DSL's {text}")
 
 
 def contract_tv_c(i: int) -> int:
@@ -220,20 +226,10 @@ def contract_tv_c(i: int) -> int:
 
 @pytest.mark.points(1)
 def test_tiled_mma_c_partition_matches_the_contract(run):
-    # the DSL test below checks the same layout where the CuTe DSL is installed; this one needs only the PTX table
-    _needs_tiled(run)
-    assert run.tiled["threads"] == 128, f"the TiledMMA has {run.tiled['threads']} threads; 2 x 2 warps are 128"
-    assert run.tiled["tile"] == (32, 32, 16), (f"the TiledMMA covers {run.tiled['tile']} per step; the contract's "
-                                               f"2 x 2 warps permuted to 32 x 32 x 16")
-    got = run.tiled["tv"]
+    # the DSL test above checks the same layout where the CuTe DSL is installed; this one needs only the PTX table
     want = np.array([contract_tv_c(i) for i in range(128 * 8)])  # 32 x 32 elements of C
-    assert got.shape == want.shape, f"your C TV layout {run.tiled['layout']} has {got.size} entries, want 1024"
-    bad = np.flatnonzero(got != want)
-    if bad.size:
-        t, v = int(bad[0]) % 128, int(bad[0]) // 128
-        pytest.fail(f"thread {t} value {v} owns C (m, n) = ({got[bad[0]] % 32}, {got[bad[0]] // 32}) in your "
-                    f"TiledMMA {run.tiled['layout']}, ({want[bad[0]] % 32}, {want[bad[0]] // 32}) by the contract "
-                    "(2 x 2 warps column-major, the PTX table per warp, the atom repeated once along N)")
+    _compare_c_partition(run, want, "the contract (2 x 2 warps column-major, the PTX table per warp, the atom "
+                                    "repeated once along N)")
 
 
 @pytest.mark.points(2)
