@@ -110,6 +110,25 @@ def test_matches_dense_attention_through_a_shuffled_block_table(lesson, device, 
     _run_and_check(mod, lens, hq, hkv, d, bs, seed=bs * 7 + hq, tol=FP32, device=device, tile_n=tile_n)
 
 
+@pytest.mark.points(2)
+def test_any_strides_and_a_block_longer_than_a_step(lesson, device):
+    # the wrapper takes caches and q with any strides: K contiguous, V stored head-major and permuted (so its
+    # strides differ from K's), q a view with element stride 2; block_size 32 > TILE_N 16, so steps start in the
+    # middle of a block (a token's slot is tok % block_size, not its offset in the step)
+    mod = lesson.load("paged_attention.py")
+    lens, hq, hkv, d, bs = [45, 70, 3], 4, 2, 16, 32
+    q, kc, vc, table, ctx, q64, dense = _case(lens, hq, hkv, d, bs, seed=6, device=device)
+    k_cache = kc.contiguous()
+    v_cache = torch.full((kc.shape[0], hkv, bs, d), NAN, device=device).permute(0, 2, 1, 3)
+    v_cache.copy_(vc)
+    assert k_cache.stride() != v_cache.stride()
+    qbuf = torch.full((len(lens), hq, 2 * d), NAN, device=device)
+    qbuf[..., ::2] = q
+    out = torch.full((len(lens), hq, d), NAN, device=device)
+    mod.paged_decode_attention(qbuf[..., ::2], k_cache, v_cache, table, ctx, out=out, tile_n=16)
+    torch.testing.assert_close(out.detach().cpu().double(), _reference(q64, dense, hq, hkv, d ** -0.5), **FP32)
+
+
 def test_large_logits_across_blocks(lesson, device):
     # first-block scores of +-several hundred, later blocks O(1): a kernel that shifts each block by its own
     # max instead of the running max computes exp2(m_old - m_new) = 2^(hundreds) = inf
