@@ -123,6 +123,11 @@ DETECTORS: dict[str, Callable[[], bool]] = {
     # Megatron-core (`pip install --no-deps megatron-core==0.16.1`): module 09 compares pipeline schedule tables
     # and device-mesh rank groups with it
     "megatron-core": lambda: _has_module("megatron.core"),
+    # Module 10's engines and oracles: gymnasium 1.x environments; torchrl's advantage functions (GAE, V-trace);
+    # verl's `core_algos` (KL estimators, policy losses), installed `--no-deps` with the few packages it imports
+    "gymnasium": lambda: _has_module("gymnasium") and _has_module("torch"),
+    "torchrl": lambda: _has_module("torchrl") and _has_module("tensordict"),
+    "verl": lambda: all(_has_module(m) for m in ("verl", "omegaconf", "codetiming", "transformers", "tensordict")),
 }
 
 
