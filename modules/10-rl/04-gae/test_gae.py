@@ -196,8 +196,12 @@ def test_inputs_unchanged_and_no_hidden_state(lesson):
         assert torch.equal(x, b), f"compute_gae modified its input {name}"
     other = _rollout(17, 9, seed=11)
     gae.compute_gae(*other, 0.5, 0.5)
+    # the first call's results are the caller's own tensors: a later call must not overwrite them
+    _check(*first, slow_gae(*before, 0.98, 0.92), before[1], F64, **TOL64)
     second = gae.compute_gae(*inputs, 0.98, 0.92)
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1]), "a second call gave other results"
+    for a, b in zip(first, second):
+        assert a.data_ptr() != b.data_ptr(), "compute_gae returned the same storage twice: results must be new tensors"
     _check(*first, slow_gae(*before, 0.98, 0.92), before[1], F64, **TOL64)
 
 
