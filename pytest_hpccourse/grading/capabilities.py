@@ -8,11 +8,19 @@ listed capabilities are missing (handy to see what a learner without them gets).
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _has_module(name: str) -> bool:
@@ -127,6 +135,9 @@ DETECTORS: dict[str, Callable[[], bool]] = {
     # verl's `core_algos` (KL estimators, policy losses), installed `--no-deps` with the few packages it imports
     "gymnasium": lambda: _has_module("gymnasium") and _has_module("torch"),
     "torchrl": lambda: _has_module("torchrl") and _has_module("tensordict"),
+    # TRL 1.16.0's source, read (not imported: trl needs datasets/accelerate) by module 10's loss oracles;
+    # `pip install --no-deps trl==1.16.0`
+    "trl": lambda: _has_module("trl") and _dist_version("trl") == "1.16.0",
     "verl": lambda: all(_has_module(m) for m in ("verl", "omegaconf", "codetiming", "transformers", "tensordict")),
 }
 

@@ -120,9 +120,7 @@ def test_loss_is_finite_and_exact_for_huge_reward_gaps(lesson, dtype, big):
 def _trl_compute_loss():
     """The statements of TRL's RewardTrainer.compute_loss that assign `loss`, read from the installed source
     (trl cannot be imported here: it needs datasets/accelerate), compiled as they are written."""
-    spec = importlib.util.find_spec("trl")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("trl is not installed: nothing to compare with (pip install --no-deps trl==1.16.0)")
+    spec = importlib.util.find_spec("trl")  # locates the package without importing it (capability `trl`)
     path = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "reward_trainer.py"
     source = path.read_text()
     fn = next((node for node in ast.walk(ast.parse(source))
@@ -135,11 +133,11 @@ def _trl_compute_loss():
 
     stmts = [s for s in (fn.body if fn else []) if assigns_loss(s)]
     text = "\n".join(ast.get_source_segment(source, s) for s in stmts)
-    if "logsigmoid" not in text or "center_rewards_coefficient" not in text:
-        pytest.skip(f"{path} no longer has the 1.16.0 loss lines: {text!r}")
+    assert "logsigmoid" in text and "center_rewards_coefficient" in text, f"{path}: not the 1.16.0 loss lines: {text!r}"
     return compile(ast.Module(body=stmts, type_ignores=[]), str(path), "exec"), text
 
 
+@pytest.mark.requires("trl")
 @pytest.mark.parametrize("with_margin, center", [(False, None), (True, None), (True, 0.01)],
                          ids=["plain", "margin", "margin+center"])
 def test_loss_equals_trl_reward_trainer(lesson, with_margin, center):
