@@ -151,30 +151,46 @@ class Schedule:
         return self.c / float(n) ** self.w
 
 
-def episodes_of(log, n_episodes):
-    """Split the log into episodes; each is a list of (step, action chosen after that step or None)."""
+def episodes_of(log, n_episodes, kind="td0"):
+    """Split the log into episodes; each is a list of (step, action chosen after that step or None).
+
+    The epsilon_greedy choices ("act") are checked against the actions executed: SARSA chooses exactly once
+    between reset() and the first step() and executes that action, then chooses a' once after every step;
+    Q-learning chooses exactly once before every step (the first one included) and executes that choice.
+    """
     resets = [i for i, e in enumerate(log) if e[0] == "reset"]
     assert len(resets) == n_episodes, f"{len(resets)} env.reset() calls for n_episodes={n_episodes}"
     assert resets[0] == 0, "env.step() before the first env.reset()"
     out = []
     for k, start in enumerate(resets):
         events = log[start + 1:resets[k + 1] if k + 1 < len(resets) else len(log)]
-        steps = []
-        for i, e in enumerate(events):
-            if e[0] != "step":
-                continue
-            after = []
-            for f in events[i + 1:]:
-                if f[0] == "step":
-                    break
-                after.append(f[1])
-            assert len(after) <= 1, "epsilon_greedy called more than once between two env steps"
-            steps.append((e, after[0] if after else None))
-        assert steps, "an episode without a single step"
-        for e, _ in steps[:-1]:
+        at = [i for i, e in enumerate(events) if e[0] == "step"]
+        assert at, "an episode without a single step"
+        # acts[j]: the epsilon_greedy choices logged after step j-1 (j = 0: after reset) and before step j;
+        # acts[-1]: those after the last step
+        bounds = [-1, *at, len(events)]
+        acts = [[e[1] for e in events[bounds[j] + 1:bounds[j + 1]]] for j in range(len(bounds) - 1)]
+        steps = [events[i] for i in at]
+        if kind in ("sarsa", "q"):
+            for j, e in enumerate(steps):
+                where = "at the episode start (after reset())" if j == 0 else f"before step {j} of an episode"
+                assert len(acts[j]) == 1, (
+                    f"{len(acts[j])} epsilon_greedy calls {where}: every executed action is chosen "
+                    "by exactly one epsilon_greedy call")
+                assert acts[j][0] == e[2], (
+                    f"{where}: epsilon_greedy chose {acts[j][0]} but env.step() got {e[2]}: "
+                    "the action executed must be the one epsilon_greedy chose")
+            if kind == "sarsa":
+                assert len(acts[-1]) <= 1, "epsilon_greedy called more than once after the last step"
+            else:
+                assert not acts[-1], "Q-learning called epsilon_greedy after the episode's last step"
+        else:
+            assert not any(acts), "td0_evaluate called epsilon_greedy"
+        pairs = [(e, acts[j + 1][0] if acts[j + 1] else None) for j, e in enumerate(steps)]
+        for e in steps[:-1]:
             assert not (e[5] or e[6]), "the loop stepped on after terminated/truncated without env.reset()"
-        assert steps[-1][0][5] or steps[-1][0][6], "an episode stopped before terminated or truncated"
-        out.append(steps)
+        assert steps[-1][5] or steps[-1][6], "an episode stopped before terminated or truncated"
+        out.append(pairs)
     return out
 
 
@@ -307,6 +323,26 @@ def test_q_learning_update_bootstraps_on_the_max(lesson, terminated, truncated):
         assert delta == pytest.approx(target - before[s, a], rel=1e-12, abs=1e-12), "returned TD error"
 
 
+@pytest.mark.parametrize("fn", ["sarsa", "q_learning"])
+def test_control_explores_on_the_first_action_of_every_episode(lesson, fn):
+    """A one-step bandit: every executed action is an episode's first. At epsilon = 1 they are uniform."""
+    td = lesson.load("td.py")
+    n_a, n_episodes = 3, 600
+    R = np.array([0.0, 1.0, 0.5]).reshape(1, n_a, 1)  # argmax of a learned Q is action 1, of Q = 0 action 0
+    log = []
+    env = Recorder(TabularMDP(np.ones((1, n_a, 1)), R, np.ones((1, n_a, 1)), np.ones(1)), log)
+    env.reset(seed=0)
+    log.clear()
+    getattr(td, fn)(env, n_episodes, 0.9, 1.0, lambda n: 0.5, np.random.default_rng(6))
+    actions = [e[2] for e in log if e[0] == "step"]
+    assert len(actions) == n_episodes, f"{len(actions)} env.step() calls for {n_episodes} one-step episodes"
+    freq = np.bincount(actions, minlength=n_a) / n_episodes
+    # binomial standard error sqrt((1/3)(2/3)/600) = 0.019; 0.1 is 5 sigma. A greedy first action gives 1.0 / 0.0.
+    np.testing.assert_allclose(freq, np.full(n_a, 1.0 / n_a), atol=0.1, err_msg=(
+        f"{fn}, epsilon = 1: frequencies of the first action of each episode; it must be chosen with "
+        "epsilon_greedy like every other action"))
+
+
 # ----------------------------------------------------------------------------------------------------
 # The loops, replayed from the transitions they really produced
 # ----------------------------------------------------------------------------------------------------
@@ -361,7 +397,7 @@ def test_control_replays_exactly(lesson, fn, kind, make_env, gamma, n_episodes):
     schedule = Schedule(0.9, 0.6)
     Q = getattr(td, fn)(env, n_episodes, gamma, 0.3, schedule, np.random.default_rng(4))
     assert isinstance(Q, np.ndarray) and Q.shape == (n_s, n_a) and Q.dtype == np.float64
-    want = replay(episodes_of(log, n_episodes), kind, n_s, n_a, gamma, schedule)
+    want = replay(episodes_of(log, n_episodes, kind), kind, n_s, n_a, gamma, schedule)
     np.testing.assert_allclose(Q, want, rtol=1e-9, atol=1e-12, err_msg=(
         f"{fn}: Q differs from the updates replayed from your env.step() transitions and epsilon_greedy choices"))
 
