@@ -124,6 +124,36 @@ def test_response_logprobs_match_a_slow_loop(lesson, dtype, tol, lengths, prompt
         assert torch.equal(before.nan_to_num(7.0), after.nan_to_num(7.0)), "response_logprobs changed an input"
 
 
+@pytest.mark.parametrize("dtype, gap, rtol", [(torch.float32, 120.0, 1e-6), (torch.float64, 1000.0, 1e-12)],
+                         ids=["fp32", "fp64"])
+def test_response_logprobs_are_exact_for_large_logit_gaps(lesson, dtype, gap, rtol):
+    """A reference model's log-prob of a token it finds unlikely can be below −100: exp of that underflows in fp32
+    (below ~−104) and fp64 (below ~−745), so log(softmax(x)) gives −inf where log_softmax / gather − logsumexp are exact."""
+    rl = lesson.load("rlhf.py")
+    lengths, prompt_width, vocab = [3, 2], 2, 6
+    width, b = max(lengths), len(lengths)
+    g = torch.Generator().manual_seed(71)
+    logits = torch.randn(b, prompt_width + width, vocab, generator=g, dtype=torch.float64)
+    ids = torch.randint(0, vocab, (b, prompt_width + width), generator=g)
+    mask = _mask(lengths, width)
+    for row in range(b):
+        for t in range(width):
+            pos = prompt_width + t
+            other = (ids[row, pos] + 1 + t) % vocab  # never the response token itself
+            logits[row, pos - 1, other] += gap  # the scored token sits `gap` nats below the favourite
+    logits = logits.to(dtype)
+    got = rl.response_logprobs(logits, ids, mask)
+    assert torch.isfinite(got).all(), f"log-probs must be finite for logit gaps of {gap:g} nats: {got}"
+    want = torch.zeros(b, width, dtype=torch.float64)
+    for row, n in enumerate(lengths):
+        for t in range(n):
+            pos = prompt_width + t
+            want[row, t] = torch.log_softmax(logits[row, pos - 1].double(), -1)[ids[row, pos]]
+    assert (want[mask.bool()] < -gap + 10).all()
+    # values near −gap: rtol of a few ulps of the dtype (fp32 ulp at 120 is ~8e-6, so 1e-6 relative is ~1.5 ulp)
+    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=rtol)
+
+
 # ---------------------------------------------------------------- token-level rewards
 
 
@@ -138,6 +168,13 @@ def test_token_level_rewards_match_a_slow_loop(lesson, dtype, tol, kind):
     # padded positions hold garbage: nothing may read them
     lp = torch.where(mask.bool(), lp, 35 * torch.rand(lp.shape, generator=g, dtype=torch.float64) - 30).to(dtype)
     ref = torch.where(mask.bool(), ref, 35 * torch.rand(ref.shape, generator=g, dtype=torch.float64) - 30).to(dtype)
+    # ... including non-finite values: the padding of a log-prob tensor may hold anything (x * mask gives NaN there)
+    inf, nan = float("inf"), float("nan")
+    for (row, col), a, b in [((0, 0), nan, -1.0), ((0, 3), inf, -2.0), ((0, 5), -inf, -3.0), ((1, 2), -1.0, nan),
+                             ((1, 4), -2.0, -inf), ((3, 4), -inf, -inf), ((3, 6), nan, nan), ((5, 3), inf, inf),
+                             ((5, 6), -0.5, inf)]:
+        assert not mask[row, col]
+        lp[row, col], ref[row, col] = a, b
     scores = (3 * torch.randn(len(lengths), generator=g, dtype=torch.float64)).to(dtype)
     for beta in (0.07, 0.0, 1.3):
         keep = (lp.clone(), ref.clone(), mask.clone(), scores.clone())
@@ -153,7 +190,8 @@ def test_token_level_rewards_match_a_slow_loop(lesson, dtype, tol, kind):
         assert torch.equal(got[mask == 0], torch.zeros_like(got[mask == 0])), "padding must get reward exactly 0"
         assert torch.equal(rl.token_level_rewards(scores, lp, ref, mask, beta, kind), got), "a second call differs"
         for before, after in zip(keep, (lp, ref, mask, scores)):
-            assert torch.equal(before, after), "token_level_rewards changed an input"
+            torch.testing.assert_close(after, before, rtol=0, atol=0, equal_nan=True,
+                                       msg="token_level_rewards changed an input")
 
 
 # ---------------------------------------------------------------- GAE over the response tokens
