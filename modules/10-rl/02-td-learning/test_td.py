@@ -133,8 +133,9 @@ def record_actions(mod, log):
     original = mod.epsilon_greedy
 
     def recorded(q_row, epsilon, rng):
+        row = np.array(q_row, dtype=np.float64, copy=True)  # the row as the loop passed it, before any change
         a = original(q_row, epsilon, rng)
-        log.append(("act", int(a)))
+        log.append(("act", int(a), row))
         return a
 
     mod.epsilon_greedy = recorded
@@ -152,7 +153,9 @@ class Schedule:
 
 
 def episodes_of(log, n_episodes, kind="td0"):
-    """Split the log into episodes; each is a list of (step, action chosen after that step or None).
+    """Split the log into episodes; each is a list of (step, action chosen after that step or None, the Q row
+    that choice saw or None); the first entry's step also carries the row the episode's first choice saw
+    (`first_rows[k]`, returned alongside).
 
     The epsilon_greedy choices ("act") are checked against the actions executed: SARSA chooses exactly once
     between reset() and the first step() and executes that action, then chooses a' once after every step;
@@ -170,6 +173,7 @@ def episodes_of(log, n_episodes, kind="td0"):
         # acts[-1]: those after the last step
         bounds = [-1, *at, len(events)]
         acts = [[e[1] for e in events[bounds[j] + 1:bounds[j + 1]]] for j in range(len(bounds) - 1)]
+        rows = [[e[2] for e in events[bounds[j] + 1:bounds[j + 1]]] for j in range(len(bounds) - 1)]
         steps = [events[i] for i in at]
         if kind in ("sarsa", "q"):
             for j, e in enumerate(steps):
@@ -186,11 +190,12 @@ def episodes_of(log, n_episodes, kind="td0"):
                 assert not acts[-1], "Q-learning called epsilon_greedy after the episode's last step"
         else:
             assert not any(acts), "td0_evaluate called epsilon_greedy"
-        pairs = [(e, acts[j + 1][0] if acts[j + 1] else None) for j, e in enumerate(steps)]
+        pairs = [(e, acts[j + 1][0] if acts[j + 1] else None, rows[j + 1][0] if rows[j + 1] else None)
+                 for j, e in enumerate(steps)]
         for e in steps[:-1]:
             assert not (e[5] or e[6]), "the loop stepped on after terminated/truncated without env.reset()"
         assert steps[-1][5] or steps[-1][6], "an episode stopped before terminated or truncated"
-        out.append(pairs)
+        out.append((rows[0][0] if rows[0] else None, pairs))
     return out
 
 
@@ -198,8 +203,14 @@ def replay(episodes, kind, n_s, n_a, gamma, schedule):
     """The expected table, recomputed from the recorded transitions with float64 updates."""
     table = np.zeros(n_s) if kind == "td0" else np.zeros((n_s, n_a))
     counts = np.zeros(table.shape, dtype=np.int64)
-    for steps in episodes:
-        for i, ((_, s, a, r, s_next, terminated, _truncated), chosen) in enumerate(steps):  # truncation bootstraps
+    for first_row, steps in episodes:
+        if first_row is not None:  # the episode's first choice sees Q[s_0] as the table stands
+            np.testing.assert_allclose(first_row, table[steps[0][0][1]], rtol=1e-12, atol=1e-12,
+                                       err_msg="the first epsilon_greedy call of an episode did not get Q[s_0]")
+        for i, ((_, s, a, r, s_next, terminated, _truncated), chosen, row) in enumerate(steps):  # truncation bootstraps
+            if kind == "sarsa" and row is not None:  # a' is chosen from Q[s'] before Q[s, a] is updated
+                np.testing.assert_allclose(row, table[s_next], rtol=1e-12, atol=1e-12,
+                                           err_msg="SARSA chose a' from another row than Q[s'] before the update")
             idx = s if kind == "td0" else (s, a)
             if kind == "td0":
                 boot = table[s_next]
@@ -214,6 +225,10 @@ def replay(episodes, kind, n_s, n_a, gamma, schedule):
             counts[idx] += 1
             target = r if terminated else r + gamma * boot
             table[idx] += schedule(int(counts[idx])) * (target - table[idx])
+            if kind == "q" and row is not None:  # the next action is chosen from Q[s'] after this update
+                np.testing.assert_allclose(row, table[s_next], rtol=1e-12, atol=1e-12,
+                                           err_msg="Q-learning chose its next action from a stale row, not Q[s'] "
+                                                   "after the update")
     return table
 
 
@@ -375,7 +390,7 @@ def test_td0_evaluate_replays_exactly(lesson, make_env, gamma, n_episodes):
     np.testing.assert_array_equal(pi, pi_before, err_msg="td0_evaluate modified pi")
     assert isinstance(V, np.ndarray) and V.shape == (n_s,) and V.dtype == np.float64
     episodes = episodes_of(log, n_episodes)
-    taken = [(e[1], e[2]) for steps in episodes for e, _ in steps]
+    taken = [(e[1], e[2]) for _, steps in episodes for e, _, _ in steps]
     assert all(pi[s, a] > 0 for s, a in taken), "an action with pi[s, a] = 0 was taken: actions must follow pi[s]"
     want = replay(episodes, "td0", n_s, n_a, gamma, schedule)
     np.testing.assert_allclose(V, want, rtol=1e-9, atol=1e-12, err_msg=(
