@@ -129,13 +129,89 @@ def test_greedy_takes_the_lowest_index_among_near_ties(lesson):
             [1.0, 1.0 + 4e-12, 1.0],  # 4e-12 above: index 1
             [7.0, 7.0, 7.0],  # all tied: index 0
             [-3.0, 2.0, 2.0],  # exact tie not at the front: index 1
+            [100.0 - 5e-11, 100.0, 99.0],  # 5e-11 is a real gap at any magnitude (the 1e-12 is absolute): index 1
+            [-1e3, -1e3 + 3e-12, -2e3],  # 3e-12 above (27 ulps at 1000): index 1
         ]
     )
-    want = np.array([0, 1, 2, 0, 1, 0, 1])
+    want = np.array([0, 1, 2, 0, 1, 0, 1, 1, 1])
     got = mdp.greedy(Q.copy())
-    assert np.asarray(got).shape == (7,) and np.issubdtype(np.asarray(got).dtype, np.integer)
+    assert np.asarray(got).shape == (9,) and np.issubdtype(np.asarray(got).dtype, np.integer)
     np.testing.assert_array_equal(got, want, err_msg="tie rule: lowest action index within 1e-12 of the row max")
     np.testing.assert_array_equal(mdp.greedy(np.array([[4.5], [-1.0]])), [0, 0])
+
+
+# --------------------------------------------------------------------------------------------- absorbing
+def test_absorbing_returns_float64_copies(lesson):
+    """absorbing always returns new float64 arrays, also for terminal=None and integer inputs; terminal rows
+    absorb (self-loop or zero row) with reward 0, the other rows are unchanged."""
+    mdp = lesson.load("mdp.py")
+    P, R = np.full((2, 1, 2), 0.5), np.ones((2, 1))
+    P_int, R_int = np.array([[[0, 1]], [[1, 0]]]), np.array([[3], [-2]])
+    for Pin, Rin in ((P, R), (P_int, R_int)):
+        for terminal in (None, np.array([False, False])):
+            P2, R2 = mdp.absorbing(Pin, Rin, terminal)
+            assert not np.shares_memory(P2, Pin) and not np.shares_memory(R2, Rin), (
+                f"terminal={terminal}: absorbing must return copies, never the caller's arrays"
+            )
+            assert P2.dtype == np.float64 and R2.dtype == np.float64, "absorbing returns float64 arrays"
+            np.testing.assert_array_equal(P2, Pin)
+            np.testing.assert_array_equal(R2, Rin)
+    P, R, _ = _random_mdp(np.random.default_rng(12), 5, 3, reward_scale=2.0)
+    terminal = np.array([False, True, False, True, False])
+    P2, R2 = mdp.absorbing(P, R, terminal)
+    assert not np.shares_memory(P2, P) and not np.shares_memory(R2, R)
+    np.testing.assert_array_equal(P2[~terminal], P[~terminal])
+    np.testing.assert_array_equal(R2[~terminal], R[~terminal])
+    np.testing.assert_array_equal(R2[terminal], 0.0)
+    for t in np.flatnonzero(terminal):
+        loop = np.zeros((3, 5))
+        loop[:, t] = 1.0
+        assert np.array_equal(P2[t], loop) or np.array_equal(P2[t], 0.0 * loop), (
+            f"terminal state {t}: its rows must be a self-loop (or all zero), got {P2[t]}"
+        )
+
+
+# ----------------------------------------------------------------------------------- value iteration, pi
+def test_value_iteration_policy_is_greedy_in_the_returned_v(lesson):
+    """pi = greedy(Q(V_k)) with the V_k returned, not the Q of the last sweep (that is Q(V_{k-1})).
+    State 1 loops with reward 1: V_n(1) = (1 - gamma^n)/(1 - gamma), delta_n = gamma^(n-1) for n >= 2.
+    Probe state j: action 0 goes to state 1 (reward 0), action 1 ends in the terminal state 2 with reward
+    c_j = gamma (V_(k_j - 1)(1) + V_(k_j)(1)) / 2, so Q(probe_j) prefers action 1 under V_(k_j - 1) and action 0
+    under V_(k_j). The probes cover every k around the stopping sweeps of both README rules (with and
+    without the factor 2), so whichever of them a solution uses, one probe sits exactly at its k."""
+    mdp = lesson.load("mdp.py")
+    gamma, tol = 0.9, 1e-6
+    v = [0.0]  # V_n(1), the test's own iterates
+    while len(v) < 400:
+        v.append(1.0 + gamma * v[-1])
+
+    def first_stop(factor: float) -> int:
+        return next(n for n in range(1, 400) if factor * gamma * (v[n] - v[n - 1]) < tol * (1 - gamma))
+
+    k_lo, k_hi = first_stop(1.0), first_stop(2.0)  # 153 and 160
+    ks = list(range(k_lo - 2, k_hi + 3))
+    S = 3 + len(ks)
+    P, R = np.zeros((S, 2, S)), np.zeros((S, 2))
+    P[1, :, 1] = R[1, :] = 1.0
+    P[2, :, 0] = 1.0  # terminal: its row says "go to 0", absorbing must override it
+    R[2, :] = 5.0
+    P[0, :, 2] = 1.0  # state 0: ends at once, reward 0 (an extra live state)
+    for j, k in enumerate(ks):
+        P[3 + j, 0, 1] = P[3 + j, 1, 2] = 1.0
+        R[3 + j, 1] = gamma * (v[k - 1] + v[k]) / 2
+    terminal = np.zeros(S, dtype=bool)
+    terminal[2] = True
+    assert _vi_reference_sweeps(P, R, gamma, tol, terminal) == k_hi  # the probes do not move the stop
+    V, pi, k = mdp.value_iteration(P, R, gamma, tol, terminal)
+    V_k = _vi_iterates(P, R, gamma, terminal, k)[k]
+    np.testing.assert_allclose(V, V_k, rtol=0, atol=1e-12, err_msg="V must be V_k, k synchronous sweeps from 0")
+    Pa, Ra = _absorbing(P, R, terminal)
+    live = ~terminal
+    np.testing.assert_array_equal(
+        np.asarray(pi)[live],
+        _greedy(_q(Pa, Ra, gamma, V_k))[live],
+        err_msg=f"k = {k}: pi must be greedy(q_values(P, R, gamma, V_k)) of the returned V_k",
+    )
 
 
 # -------------------------------------------------------------------------------------- policy evaluation
