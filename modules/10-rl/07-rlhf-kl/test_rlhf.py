@@ -85,6 +85,15 @@ def test_k3_is_clamped_like_verl(lesson):
     got = rl.kl_estimate(lp, ref, "k3")
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     assert got.max().item() == 10.0 and got.min().item() >= 0.0
+    # the contract range is |log r| <= 60: there the gradient is finite in both dtypes, and 0 where the value is clamped
+    for dtype in (torch.float64, torch.float32):
+        a = lp.to(dtype).requires_grad_(True)
+        b = ref.to(dtype).requires_grad_(True)
+        k3 = rl.kl_estimate(a, b, "k3")
+        ga, gb = torch.autograd.grad(k3.sum(), (a, b))
+        assert torch.isfinite(ga).all() and torch.isfinite(gb).all(), f"{dtype}: non-finite k3 gradient {ga}, {gb}"
+        clamped = want >= 10.0
+        assert (ga[clamped] == 0).all() and (gb[clamped] == 0).all(), f"{dtype}: k3 = 10 there, its gradient is 0"
 
 
 # ---------------------------------------------------------------- log-probs of the response tokens
@@ -218,10 +227,19 @@ def test_gae_matches_a_slow_loop(lesson, gamma, lam, dtype, tol):
     # up to 9 chained multiply-adds: fp64 to ~1e-14, fp32 to ~1e-6 of values of order 1-10
     torch.testing.assert_close(adv.double(), want_adv, rtol=tol, atol=tol, msg="advantages")
     torch.testing.assert_close(ret.double(), want_ret, rtol=tol, atol=tol, msg="returns")
-    adv2, ret2 = rl.gae_advantages(rewards, values, mask, gamma, lam)
-    assert torch.equal(adv2, adv) and torch.equal(ret2, ret), "a second call differs"
     for before, after in zip(keep, (rewards, values, mask)):
         assert torch.equal(before, after), "gae_advantages changed an input"
+    # a second call with other rewards: new results in new storage, the first call's results untouched
+    first = (adv.clone(), ret.clone())
+    rewards_b = (rewards.double() + torch.where(mask.bool(), 1.5, 0.0)).to(dtype)
+    adv_b, ret_b = rl.gae_advantages(rewards_b, values, mask, gamma, lam)
+    assert adv_b.data_ptr() != adv.data_ptr() and ret_b.data_ptr() != ret.data_ptr(), "results reuse a buffer"
+    assert torch.equal(adv, first[0]) and torch.equal(ret, first[1]), "a later call changed an earlier result"
+    want_adv_b, want_ret_b = _gae_ref(rewards_b, values, lengths, gamma, lam)
+    torch.testing.assert_close(adv_b.double(), want_adv_b, rtol=tol, atol=tol, msg="advantages, second call")
+    torch.testing.assert_close(ret_b.double(), want_ret_b, rtol=tol, atol=tol, msg="returns, second call")
+    adv2, ret2 = rl.gae_advantages(rewards, values, mask, gamma, lam)
+    assert torch.equal(adv2, adv) and torch.equal(ret2, ret), "a third call with the first inputs differs"
 
 
 # ---------------------------------------------------------------- KL in the loss vs KL in the reward
@@ -235,8 +253,11 @@ def test_kl_loss_is_the_token_mean_with_its_gradient(lesson, kind):
     mask = _mask(lengths, width)
     lp, ref = _logprob_pair(g, mask.shape, torch.float64, spread=1.5)
     lp = torch.where(mask.bool(), lp, 9.0).requires_grad_(True)  # garbage on padding
+    keep = (lp.detach().clone(), ref.clone(), mask.clone())
     loss = rl.kl_loss(lp, ref, mask, kind)
     assert loss.dim() == 0, "kl_loss returns a scalar"
+    for before, after in zip(keep, (lp.detach(), ref, mask)):
+        assert torch.equal(before, after), "kl_loss changed an input"
     n = sum(lengths)
     d = (lp - ref).detach()
     per_token = {"k1": d, "k2": 0.5 * d**2, "k3": torch.exp(-d) + d - 1}[kind]
@@ -246,6 +267,9 @@ def test_kl_loss_is_the_token_mean_with_its_gradient(lesson, kind):
     # ∂/∂log π of each token's estimator, divided by the number of valid tokens in the batch
     local = {"k1": torch.ones_like(d), "k2": d, "k3": 1 - torch.exp(-d)}[kind]
     torch.testing.assert_close(grad, local * mask / n, rtol=1e-7, atol=1e-12, msg="gradient w.r.t. log π")
+    assert torch.equal(rl.kl_loss(lp, ref, mask, kind).detach(), loss.detach()), "a second call differs"
+    for before, after in zip(keep, (lp.detach(), ref, mask)):
+        assert torch.equal(before, after), "kl_loss changed an input (second call)"
 
 
 def test_kl_in_reward_reaches_earlier_tokens_kl_in_loss_stays_local(lesson):
@@ -404,9 +428,11 @@ def test_kl_loss_matches_verl_token_mean(lesson, kind):
     ids = torch.randint(2, 23, logits.shape[:2], generator=g)
     ref = torch.where(mask.bool(), -3 * torch.rand(mask.shape, generator=g, dtype=torch.float64), 0.0)
 
+    keep = (ref.clone(), mask.clone())
     leaf = logits.clone().requires_grad_(True)
     loss = rl.kl_loss(rl.response_logprobs(leaf, ids, mask), ref, mask, kind)
     (grad,) = torch.autograd.grad(loss, leaf)
+    assert torch.equal(ref, keep[0]) and torch.equal(mask, keep[1]), "kl_loss changed an input"
 
     leaf_v = logits.clone().requires_grad_(True)
     lp_v = logprobs_from_logits(leaf_v[:, -width - 1:-1], ids[:, -width:])
