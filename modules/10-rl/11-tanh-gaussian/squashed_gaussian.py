@@ -12,7 +12,7 @@ a product over the dimensions because every step is elementwise:
 
     log pi(action) = sum_d [ log N(u_d; mean_d, std_d) - log(1 - tanh(u_d)^2) - log((high_d - low_d) / 2) ]
 
-and log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), which stays exact where tanh(u) rounds to +-1.
+The tanh term must stay exact where tanh(u) itself rounds to +-1 (see the README).
 Shapes: mean, log_std, u, action: [B, D]; low, high: [D]; log-probs and entropies: [B]. One dtype throughout.
 """
 
@@ -109,7 +109,7 @@ def entropy_estimate(
 ) -> torch.Tensor:
     """Monte-Carlo estimate of the entropy -E[log pi(action)] of each row's squashed policy: [B].
 
-    n_samples independent draws per row, all noise from `generator`; there is no closed form.
+    n_samples independent draws per row, all noise from `generator`; the tanh term has no closed form.
     """
     ### HINT: average -log pi over n_samples reparameterised draws per row (one [n_samples, B, D] draw is fine)
     ### BEGIN SOLUTION
