@@ -166,18 +166,19 @@ def test_clip_higher_is_asymmetric(lesson):
 @pytest.mark.parametrize("mode", MODES)
 def test_aggregation_equals_a_slow_loop(lesson, mode):
     grpo = lesson.load("grpo.py")
-    lengths = [5, 0, 17, 1, 9, 17, 12]  # a fully masked row, a 1-token row, two full rows
-    g, mask = _batch(11, lengths, 17)
-    loss_mat = torch.where(mask, torch.randn(7, 17, generator=g, dtype=torch.float64), torch.full((7, 17), PAD,
-                                                                                                  dtype=torch.float64))
-    keep = (loss_mat.clone(), mask.clone())
-    for max_len in (None, 40):
-        got = grpo.aggregate_loss(loss_mat, mask, mode, max_len=max_len)
-        want = _slow_aggregate(loss_mat, mask, mode, 17 if max_len is None else max_len)
-        assert got.dim() == 0, "a scalar tensor"
-        assert got.item() == pytest.approx(want, rel=1e-10, abs=1e-13), f"{mode}, max_len={max_len}"
-        assert torch.equal(grpo.aggregate_loss(loss_mat, mask, mode, max_len=max_len), got), "call twice"
-    assert torch.equal(keep[0], loss_mat) and torch.equal(keep[1], mask), "inputs are read-only"
+    # a fully masked row, a 1-token row, two full rows; then T = 20, wider than any row (trailing padding columns)
+    for lengths, T in (([5, 0, 17, 1, 9, 17, 12], 17), ([5, 0, 9, 1, 12, 3, 7], 20)):
+        g, mask = _batch(11, lengths, T)
+        loss_mat = torch.where(mask, torch.randn(7, T, generator=g, dtype=torch.float64),
+                               torch.full((7, T), PAD, dtype=torch.float64))
+        keep = (loss_mat.clone(), mask.clone())
+        for max_len in (None, 40):
+            got = grpo.aggregate_loss(loss_mat, mask, mode, max_len=max_len)
+            want = _slow_aggregate(loss_mat, mask, mode, T if max_len is None else max_len)
+            assert got.dim() == 0, "a scalar tensor"
+            assert got.item() == pytest.approx(want, rel=1e-10, abs=1e-13), f"{mode}, T={T}, max_len={max_len}"
+            assert torch.equal(grpo.aggregate_loss(loss_mat, mask, mode, max_len=max_len), got), "call twice"
+        assert torch.equal(keep[0], loss_mat) and torch.equal(keep[1], mask), "inputs are read-only"
 
 
 def test_token_weights_show_the_length_bias(lesson):
