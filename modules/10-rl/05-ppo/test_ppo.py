@@ -170,7 +170,7 @@ VHAND = [(1.0, 1.1, 3.0), (1.0, 1.5, 3.0), (1.0, 0.5, 3.0), (1.0, 4.0, 1.3), (2.
          (0.0, 0.0, 0.5)]
 
 
-@pytest.mark.parametrize("clip_range", [0.2, None], ids=["clip-0.2", "no-clip"])
+@pytest.mark.parametrize("clip_range", [0.2, 0.0, None], ids=["clip-0.2", "clip-0 (V pinned to V_old)", "no-clip"])
 def test_value_loss_on_hand_cases(lesson, clip_range):
     ppo = lesson.load("ppo.py")
     old_v, v, ret = (torch.tensor(col, dtype=torch.float64) for col in zip(*VHAND))
