@@ -10,7 +10,16 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-__version__ = "0.1.0"
+
+def _installed_version() -> str:
+    """The version pip recorded for this package (set from the git tag at build time: docs/release.md)."""
+    try:
+        return metadata.version("pytest-hpccourse")
+    except metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 PLUGIN = "pytest_hpccourse.plugin"  # the pytest11 entry point: `-p` it where the package is not installed
 
 

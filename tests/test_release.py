@@ -499,16 +499,20 @@ def test_plugin_url_pins_the_requirement(tmp_path: Path):
     assert '"numpy>=1.26"' in text
 
 
-def test_a_release_pins_the_plugin_version_it_was_made_with(tmp_path: Path):
-    from pytest_hpccourse import __version__
-    from pytest_hpccourse.authoring.release import pin_plugin
+def test_a_release_pins_the_plugin_releases_compatible_with_its_own(tmp_path: Path):
+    from pytest_hpccourse.authoring.release import compatible_range, pin_plugin
 
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\ndependencies = ["numpy>=1.26", "pytest-hpccourse[cuda]>=0.1", "pytest-hpccourse"]\n')
-    assert pin_plugin(pyproject) == 2
+    assert pin_plugin(pyproject, version="0.3.2") == 2
     text = pyproject.read_text()
-    assert f'"pytest-hpccourse[cuda]=={__version__}"' in text and f'"pytest-hpccourse=={__version__}"' in text
+    assert '"pytest-hpccourse[cuda]>=0.3,<1"' in text and '"pytest-hpccourse>=0.3,<1"' in text
     assert '"numpy>=1.26"' in text
+    assert compatible_range("1.4.0") == ">=1.4,<2"
+    assert compatible_range("2.0") == ">=2.0,<3"
+    # a build between tags names itself (pip then accepts that pre-release), without the local "+g<hash>" part
+    assert compatible_range("0.1.1.dev3+g1234abc") == ">=0.1.1.dev3,<1"
+    assert compatible_range("1.0.0rc1") == ">=1.0.0rc1,<2"
 
 
 def test_every_lesson_round_trips_through_the_release_writer():

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+from packaging.version import Version
 
 from pytest_hpccourse import __version__
 from pytest_hpccourse.grading import integrity, manifest
@@ -230,15 +231,26 @@ def _copy_template(template: Path, out: Path, gpu_runner: bool) -> None:
         readme.write_text(text, encoding="utf-8")
 
 
+def compatible_range(version: str = __version__) -> str:
+    """The requirement a released module puts on the plugin it was made with: `>=X.Y,<X+1` (any later release of
+    the same major version). A development build (`0.1.1.dev3+g…`, a tree between tags) names itself as the lower
+    bound, `>=0.1.1.dev3,<1`, which also tells pip that a pre-release is acceptable."""
+    v = Version(version)
+    major, minor = (*v.release, 0)[:2]
+    lower = v.public if (v.is_prerelease or v.is_devrelease) else f"{major}.{minor}"
+    return f">={lower},<{major + 1}"
+
+
 def pin_plugin(pyproject: Path, url: str | None = None, version: str = __version__) -> int:
-    """Pin the `pytest-hpccourse` requirements of `pyproject` to the plugin this release was made with, so a
-    learner's fork keeps grading the same way after the course moves on: `==version` by default, or the
-    PEP 508 direct reference `url` (the package is not on PyPI: a Classroom runner installs it from the course
-    repo, e.g. `git+https://github.com/ORG/pytest-hpccourse@v0.1.0`). Extras are kept. Returns how many changed.
+    """Point the `pytest-hpccourse` requirements of `pyproject` at the plugin this release was made with, so a
+    learner's fork keeps grading the same way after the course moves on: `compatible_range(version)` by default
+    (`pytest-hpccourse>=0.2,<1`, found on PyPI like any pytest plugin), or the PEP 508 direct reference `url` for
+    work that is not released yet (e.g. `git+https://github.com/ORG/pytest-hpccourse@main`). Extras are kept.
+    Returns how many requirements changed.
     """
     text = pyproject.read_text(encoding="utf-8")
     pattern = re.compile(r'"pytest-hpccourse(\[[^\]]*\])?[^"]*"')
-    pin = f" @ {url}" if url else f"=={version}"
+    pin = f" @ {url}" if url else compatible_range(version)
     new, count = pattern.subn(lambda m: f'"pytest-hpccourse{m.group(1) or ""}{pin}"', text)
     pyproject.write_text(new, encoding="utf-8")
     return count
@@ -355,9 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", type=Path, help="template repo (default: <course>/template-repo)")
     p.add_argument("--scoring", type=Path, help="rubric (default: <course>/scoring.toml)")
     p.add_argument("--plugin-url", metavar="URL",
-                   help="install pytest-hpccourse from URL in the released pyproject, e.g. "
-                        "git+https://github.com/ORG/pytest-hpccourse@v0.1.0 (it is not on PyPI); "
-                        f"default: pinned to this plugin's version (=={__version__})")
+                   help="install pytest-hpccourse from URL in the released pyproject, for work not yet on "
+                        "PyPI, e.g. git+https://github.com/ORG/pytest-hpccourse@main; default: the releases "
+                        f"compatible with this plugin ({compatible_range()})")
     return p
 
 
