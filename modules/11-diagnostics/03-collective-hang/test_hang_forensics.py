@@ -1,0 +1,279 @@
+"""Tests for diag-03: the learner's verdict on real gloo flight-recorder dumps and on planted edge cases, against the
+expected culprit and against torchfrtrace (torch/distributed/flight_recorder, run through its Python entry points on
+the same folder). torchfrtrace blames the ranks that differ from the FIRST rank it loaded (os.walk order), so the
+oracle loads the dumps lowest rank first; every case where torchfrtrace is compared keeps the lowest rank in the
+majority. Verdicts are exact (ranks, seq numbers, names): no tolerance applies.
+"""
+
+import copy
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+FIXTURES = ["clean", "skip", "size", "order"]
+EXPECTED = {  # case -> [(pg, seq, collective, kind, culprits)], from the planted bug in benchmarks/diag03_record_hangs.py
+    "clean": [],
+    "skip": [("0", 4, "all_reduce", "missing", {2})],
+    "size": [("0", 4, "all_reduce", "size", {1})],
+    "order": [("0", 4, "all_reduce", "op", {3})],
+}
+
+
+@pytest.fixture(scope="module")
+def hf(lesson):
+    return lesson.load("hang_forensics.py")
+
+
+def as_tuples(verdicts):
+    return [(v.pg, v.seq, v.collective, v.kind, set(v.culprits)) for v in verdicts]
+
+
+def torchfrtrace(folder, allow_incomplete=False):
+    """First failing collective per process group, as torchfrtrace's build_db reports it."""
+    from torch.distributed.flight_recorder.components.builder import build_db
+    from torch.distributed.flight_recorder.components.config_manager import JobConfig
+    from torch.distributed.flight_recorder.components.loader import read_dir
+    from torch.distributed.flight_recorder.components.types import MatchState
+
+    kinds = {MatchState.COLLECTIVE_TYPE_MISMATCH: "op", MatchState.SIZE_OR_SYNTAX_MISMATCH: "size",
+             MatchState.COLLECTIVE_DTYPE_MISMATCH: "dtype", MatchState.COLLECTIVE_STATE_MISMATCH: "state"}
+    args = JobConfig().parse_args([str(folder)] + (["--allow-incomplete-ranks"] if allow_incomplete else []))
+    details, version = read_dir(args)
+    details = dict(sorted(details.items(), key=lambda kv: kv[1]["rank"]))  # the lowest rank is its reference
+    db = build_db(details, args, version)
+    first = {}
+    for c in db.collectives:
+        # a missing rank comes back with pass_check=True and missing_ranks set (to_collective gets no errors)
+        if (not c.pass_check or c.missing_ranks) and c.group_id not in first:
+            first[c.group_id] = c
+    out = []
+    for pg, c in sorted(first.items()):
+        name = c.collective_name.split(":", 1)[1]
+        if c.missing_ranks:
+            out.append((pg, c.collective_seq_id, name, "missing", set(c.missing_ranks)))
+        else:
+            lowest = min(c.mismatch_collectives)
+            kind = kinds[c.mismatch_collectives[lowest].type_of_mismatch.state]
+            out.append((pg, c.collective_seq_id, name, kind, set(c.mismatch_collectives)))
+    return out
+
+
+# ---- planted dumps in the flight recorder's own schema (version 2.10, as torch 2.13 writes it) ----
+
+def entry(pg, seq, op, sizes, *, state="scheduled", dtype="Float", out_sizes=None, p2p_seq=0, is_p2p=False,
+          backend="nccl"):
+    return {"pg_id": int(pg), "process_group": (pg, {"0": "default_pg"}.get(pg, f"group{pg}")),
+            "thread_name": "python", "thread_id": "1", "collective_seq_id": seq, "p2p_seq_id": p2p_seq,
+            "profiling_name": f"{backend}:{op}", "input_sizes": sizes,
+            "input_dtypes": [dtype] * len(sizes), "output_sizes": sizes if out_sizes is None else out_sizes,
+            "output_dtypes": [dtype] * len(sizes if out_sizes is None else out_sizes), "state": state,
+            "time_discovered_started_ns": None, "time_discovered_completed_ns": None, "retired": False,
+            "timeout_ms": 2000, "is_p2p": is_p2p}
+
+
+def dumps_of(groups, entries_by_rank):
+    """groups: {pg: [ranks]}; entries_by_rank: {rank: [entry, ...]} in issue order; record/op ids filled in."""
+    dumps = {}
+    for rank, entries in entries_by_rank.items():
+        es = []
+        for i, e in enumerate(entries):
+            e = dict(e, record_id=i, op_id=i + 1, time_created_ns=10**9 + 1000 * i)
+            es.append(e)
+        cfg = {pg: {"name": pg, "desc": es_desc(pg), "ranks": str(ranks)} for pg, ranks in groups.items() if rank in ranks}
+        dumps[rank] = {"version": "2.10", "pg_config": cfg, "pg_status": {}, "comm_lib_version": "", "entries": es}
+    return dumps
+
+
+def es_desc(pg):
+    return {"0": "default_pg"}.get(pg, f"group{pg}")
+
+
+def write(dumps, folder):
+    os.makedirs(folder, exist_ok=True)
+    for rank, d in dumps.items():
+        with open(os.path.join(folder, f"rank_{rank}"), "wb") as f:
+            pickle.dump(d, f)
+    return folder
+
+
+def ar(pg, seq, n, **kw):
+    return entry(pg, seq, "all_reduce", [[n]], **kw)
+
+
+def case_several_groups():
+    """World of 4 with pair groups {0,1} and {2,3}; seq numbers count per group; the bug is in group 2 only."""
+    groups = {"0": [0, 1, 2, 3], "1": [0, 1], "2": [2, 3]}
+    ranks = {}
+    for r in range(4):
+        sub = "1" if r < 2 else "2"
+        es = [ar("0", 1, 8), ar(sub, 1, 3), ar(sub, 2, 3), ar("0", 2, 8)]
+        es.append(ar(sub, 3, 5 if r == 3 else 4))        # rank 3: wrong size in its pair group
+        es.append(ar("0", 3, 8))
+        ranks[r] = es
+    return groups, ranks, [("2", 3, "all_reduce", "size", {3})]
+
+
+def case_p2p_entries():
+    """Sends/recvs carry the collective_seq_id of the last collective: aligning them as collectives is wrong."""
+    groups = {"0": [0, 1, 2]}
+    ranks = {r: [ar("0", 1, 6), entry("0", 2, "broadcast", [[6]])] for r in range(3)}
+    ranks[0] += [entry("0", 2, "send 0->1", [[2]], p2p_seq=1, is_p2p=True),
+                 entry("0", 2, "send 0->1", [[2]], p2p_seq=2, is_p2p=True)]
+    ranks[1] += [entry("0", 2, "recv 1<-0", [[2]], p2p_seq=1, is_p2p=True),
+                 entry("0", 2, "recv 1<-0", [[2]], p2p_seq=2, is_p2p=True)]
+    for r in (0, 1):
+        ranks[r].append(ar("0", 3, 6))                   # rank 2 never issues collective 3
+    return groups, ranks, [("0", 3, "all_reduce", "missing", {2})]
+
+
+def case_state():
+    """NCCL-style states: rank 2 never got collective 4 started while the others completed it."""
+    groups = {"0": [0, 1, 2, 3]}
+    ranks = {}
+    for r in range(4):
+        es = [ar("0", s, 16, state="completed") for s in (1, 2, 3)]
+        es.append(ar("0", 4, 16, state="scheduled" if r == 2 else "completed"))
+        if r != 2:
+            es.append(entry("0", 5, "all_gather", [[16]], out_sizes=[[64]], state="started"))
+        ranks[r] = es
+    return groups, ranks, [("0", 4, "all_reduce", "state", {2})]
+
+
+def case_dtype():
+    groups = {"0": [0, 1, 2]}
+    ranks = {r: [ar("0", 1, 4), ar("0", 2, 4, dtype="Half" if r == 1 else "Float")] for r in range(3)}
+    return groups, ranks, [("0", 2, "all_reduce", "dtype", {1})]
+
+
+def case_two_culprits():
+    """Five ranks: rank 1 sends another size, rank 3 another op, at the same seq; kind from the lowest culprit."""
+    groups = {"0": [0, 1, 2, 3, 4]}
+    ranks = {}
+    for r in range(5):
+        last = ar("0", 2, 9 if r == 1 else 7) if r != 3 else entry("0", 2, "broadcast", [[7]])
+        ranks[r] = [entry("0", 1, "all_gather", [[7]], out_sizes=[[35]]), last]
+    return groups, ranks, [("0", 2, "all_reduce", "size", {1, 3})]
+
+
+def case_two_groups_fail():
+    """Both pair groups break, at different seqs: one verdict per group, sorted by pg name."""
+    groups = {"0": [0, 1, 2, 3], "1": [0, 1], "2": [2, 3]}
+    ranks = {}
+    for r in range(4):
+        sub = "1" if r < 2 else "2"
+        es = [ar("0", 1, 8), ar(sub, 1, 3)]
+        if sub == "1":
+            es.append(entry(sub, 2, "broadcast" if r == 1 else "all_reduce", [[3]]))
+        else:
+            es += [ar(sub, 2, 3), ar(sub, 3, 3)] if r == 2 else [ar(sub, 2, 3)]
+        ranks[r] = es
+    return groups, ranks, [("1", 2, "all_reduce", "op", {1}), ("2", 3, "all_reduce", "missing", {3})]
+
+
+PLANTED = {"several_groups": case_several_groups, "p2p_entries": case_p2p_entries, "state": case_state,
+           "dtype": case_dtype, "two_culprits": case_two_culprits, "two_groups_fail": case_two_groups_fail}
+TORCHFRTRACE_AGREES = {"several_groups", "state", "dtype", "two_culprits", "two_groups_fail"}
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_edge_cases(hf, name, tmp_path):
+    groups, ranks, want = PLANTED[name]()
+    dumps = dumps_of(groups, ranks)
+    before = copy.deepcopy(dumps)
+    got = as_tuples(hf.diagnose(dumps))
+    assert got == want, f"{name}: got {got}, expected {want}"
+    assert dumps == before, "diagnose must not modify the dumps"
+    assert as_tuples(hf.diagnose(dumps)) == want, "a second call gives another answer"
+    if name in TORCHFRTRACE_AGREES:
+        assert torchfrtrace(write(dumps, tmp_path / name)) == want, "torchfrtrace disagrees with the expected verdict"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("case", FIXTURES)
+def test_real_gloo_dumps_match_torchfrtrace(hf, lesson, case):
+    folder = lesson.path(f"fixtures/{case}")
+    got = as_tuples(hf.diagnose(hf.load_dumps(str(folder))))
+    assert got == EXPECTED[case], f"{case}: got {got}, the planted bug is {EXPECTED[case]}"
+    assert torchfrtrace(folder) == EXPECTED[case]
+
+
+@pytest.mark.points(1)
+def test_majority_not_first_rank(hf, tmp_path):
+    """Rank 0 is the odd one out: torchfrtrace (lowest rank as reference) would blame ranks 1-3; the majority blames 0."""
+    groups = {"0": [0, 1, 2, 3]}
+    ranks = {r: [ar("0", 1, 5), ar("0", 2, 6 if r == 0 else 5)] for r in range(4)}
+    got = as_tuples(hf.diagnose(dumps_of(groups, ranks)))
+    assert got == [("0", 2, "all_reduce", "size", {0})], got
+    ranks = {r: [ar("0", 1, 5), entry("0", 2, "broadcast" if r in (0, 2) else "all_reduce", [[5]])] for r in range(4)}
+    got = as_tuples(hf.diagnose(dumps_of(groups, ranks)))   # 2 vs 2: the side holding the lowest rank is the reference
+    assert got == [("0", 2, "broadcast", "op", {1, 3})], got
+
+
+@pytest.mark.points(1)
+def test_wrapped_ring_buffer_and_missing_dump(hf, lesson, tmp_path):
+    dumps = hf.load_dumps(str(lesson.path("fixtures/size")))
+    dumps[0]["entries"] = dumps[0]["entries"][2:]             # the ring buffer dropped the oldest entries
+    dumps[2]["entries"] = dumps[2]["entries"][3:]
+    want = [("0", 4, "all_reduce", "size", {1})]
+    assert as_tuples(hf.diagnose(dumps)) == want
+    # torchfrtrace aligns on record_id across ranks and here reports ranks {2, 3} missing from seq 3: not compared
+    dumps = hf.load_dumps(str(lesson.path("fixtures/skip")))
+    del dumps[2]                                              # rank 2 died without a dump
+    assert as_tuples(hf.diagnose(dumps)) == [("0", 4, "all_reduce", "no_dump", {2})]
+    with pytest.raises(AssertionError, match=r"Missing dump files from ranks \{2\}"):
+        torchfrtrace(write(dumps, tmp_path / "nodump"))
+    dumps = hf.load_dumps(str(lesson.path("fixtures/order")))
+    del dumps[3]                                              # the culprit's dump is gone: nothing left to blame but it
+    assert as_tuples(hf.diagnose(dumps)) == [("0", 4, "all_reduce", "no_dump", {3})]
+
+
+LIVE = textwrap.dedent('''
+    import datetime, os, pickle, sys
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+    def run(rank, world, out, barrier):
+        dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=2))
+        try:
+            for step in range(3):
+                dist.all_reduce(torch.ones(4))
+                if not (rank == 1 and step == 2):      # rank 1 skips the gather of the last step
+                    dist.all_gather([torch.empty(2) for _ in range(world)], torch.ones(2))
+            dist.barrier()
+        except Exception:
+            pass
+        d = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, False, False))
+        g = dist.group.WORLD
+        d["pg_config"] = {g.group_name: {"name": g.group_name, "desc": g.group_desc,
+                                         "ranks": str(dist.get_process_group_ranks(g))}}
+        with open(os.path.join(out, f"rank_{rank}"), "wb") as f:
+            pickle.dump(d, f)
+        barrier.wait(timeout=60)
+        os._exit(0)
+
+    if __name__ == "__main__":
+        os.environ["TORCH_FR_BUFFER_SIZE"] = "32"
+        out = sys.argv[1]
+        mp.spawn(run, args=(3, out, mp.get_context("spawn").Barrier(3)), nprocs=3)
+''')
+
+
+@pytest.mark.points(1)
+@pytest.mark.requires("torch")
+@pytest.mark.timeout(120)
+def test_live_gloo_hang(hf, tmp_path):
+    """A fresh hang on 3 gloo ranks (2 s timeout): rank 1 skips the 6th collective (an all_gather) and runs on."""
+    script = tmp_path / "hang.py"
+    script.write_text(LIVE)
+    out = tmp_path / "dumps"
+    out.mkdir()
+    subprocess.run([sys.executable, str(script), str(out)], check=True, timeout=100, capture_output=True)
+    os.remove(out / "store") if (out / "store").exists() else None
+    got = as_tuples(hf.diagnose(hf.load_dumps(str(out))))
+    assert got == [("0", 6, "all_gather", "op", {1})], got
+    assert torchfrtrace(out) == got
