@@ -113,6 +113,19 @@ def has_verl() -> bool:
     return True
 
 
+def has_hta() -> bool:
+    """True when HolisticTraceAnalysis 0.5.0's `TraceAnalysis` imports (installed `--no-deps`: its jupyterlab
+    requirement is for notebooks only; pandas, plotly, pydot, psutil and networkx come with the extra
+    `diagnostics`). Module 11's timeline lesson compares its idle-time breakdown with HTA's."""
+    if not _has_module("hta") or _dist_version("HolisticTraceAnalysis") != "0.5.0":
+        return False
+    try:
+        import hta.trace_analysis  # type: ignore[import-not-found]  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
 def _cuda() -> bool:
     # CUDA C lessons run on a real GPU through CuPy, or on the CPU emulator (needs a C++ compiler).
     if os.environ.get("HPCCOURSE_CUDA") == "gpu":
@@ -152,6 +165,8 @@ DETECTORS: dict[str, Callable[[], bool]] = {
     # `pip install --no-deps trl==1.16.0`
     "trl": lambda: _has_module("trl") and _dist_version("trl") == "1.16.0",
     "verl": has_verl,
+    # Module 11's timeline oracle: HolisticTraceAnalysis 0.5.0 (`pip install --no-deps HolisticTraceAnalysis==0.5.0`)
+    "hta": has_hta,
 }
 
 
