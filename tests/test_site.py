@@ -317,3 +317,14 @@ def test_notebook_round_trip(tmp_path: Path, edition: str) -> None:
     else:
         assert result["code"]["score"] == 0 and all(q["score"] == 0 for q in result["questions"])
 
+
+
+def test_each_system_design_case_links_its_capstone_lesson(course: sitepages.Course):
+    page = sitepages.system_design_page(course)
+    for case in course.system_design.cases:
+        assert case.lesson, f"case {case.id} names no lesson"
+        src = course.lesson(case.lesson)
+        if src is None:  # planned, not built yet: named, not linked
+            assert f"**评分练习：** {case.lesson}（尚未上线）" in page
+        else:
+            assert f"[{src.lesson.id} {src.lesson.title}]({src.page})" in page, case.id

@@ -127,6 +127,7 @@ class Case:
     failure_modes: str
     trade_offs: str
     capacity: tuple[CapacityRow, ...]
+    lesson: str = ""  # the id of the graded capstone lesson (module 12) that turns this case into code
 
 
 @dataclass(frozen=True)
@@ -317,7 +318,8 @@ def load_system_design(path: Path) -> SystemDesign:
             id=cid, title=reader.text(c, "title", where), summary=reader.text(c, "summary", where),
             requirements=reader.text(c, "requirements", where), architecture=reader.text(c, "architecture", where),
             diagram=reader.text(c, "diagram", where), failure_modes=reader.text(c, "failure_modes", where),
-            trade_offs=reader.text(c, "trade_offs", where), capacity=tuple(rows)))
+            trade_offs=reader.text(c, "trade_offs", where), capacity=tuple(rows),
+            lesson=reader.text(c, "lesson", where, optional=True)))
     return SystemDesign(reader.text(method, "intro", "method"), steps, tuple(cases))
 
 

@@ -407,8 +407,14 @@ def system_design_page(course: Course) -> str:
     for i, (title, body) in enumerate(sd.steps, 1):
         lines += [f"### 第 {i} 步：{title}", "", body.strip(), ""]
     for case in sd.cases:
-        lines += [f"## {case.title} {{#{case.id}}}", "", case.summary.strip(), "",
-                  "### 需求", "", case.requirements.strip(), "",
+        lines += [f"## {case.title} {{#{case.id}}}", "", case.summary.strip(), ""]
+        src = course.lesson(case.lesson) if case.lesson else None
+        if src is not None:
+            lines += [f"**评分练习：** [{src.lesson.id} {src.lesson.title}]({src.page})——把本案例的容量估算写成函数，"
+                      "测试既核对下面这组需求，也核对改过的需求。", ""]
+        elif case.lesson:
+            lines += [f"**评分练习：** {case.lesson}（尚未上线）。", ""]
+        lines += ["### 需求", "", case.requirements.strip(), "",
                   "### 容量估算", "", "| 量 | 计算 | 数值 | 说明 |", "|---|---|---|---|"]
         for row in case.capacity:
             how = "假设" if row.is_input else f"`{row.expr}`"
