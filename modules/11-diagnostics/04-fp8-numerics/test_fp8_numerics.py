@@ -215,6 +215,9 @@ def test_cast_report_boundaries(f8):
                       0.0, -0.0, float("inf"), float("nan"), 1.0, -3.0e-9], dtype=torch.float32)
     _check_report(f8.cast_report(x, 4.0, fmt), (1 / 12, 2 / 12, 2 / 12, 2 / 12), "e4m3fn hand case")
     _check_report(f8.cast_report(x, torch.tensor(4.0), fmt), (1 / 12, 2 / 12, 2 / 12, 2 / 12), "scale as a tensor")
+    # a finite x whose float32 product is inf overflows (it is not "nonfinite": that class is about x)
+    big = torch.tensor([3.0e38, -1.0e30, 1.0, float("nan")], dtype=torch.float32)
+    _check_report(f8.cast_report(big, 1e10, fmt), (0.75, 0.0, 0.0, 0.25), "finite x, x*scale = inf in float32")
     for name, mx, mn, ms in (E3M2, E2M1):
         other = f8.Fp8Format(name, mx, mn, ms)
         g = torch.Generator().manual_seed(len(name) + int(mx))
