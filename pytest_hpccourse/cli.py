@@ -1,4 +1,4 @@
-"""The `hpccourse` command: list lessons, release a module, check soundness, scaffold a lesson."""
+"""The `hpccourse` command: list lessons, release a module, check soundness, scaffold a lesson, grade a class."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ SUBCOMMANDS = {
     "check": ("pytest_hpccourse.authoring.check", "prove lessons sound: reference 10/10, blank 0, mutants caught"),
     "attack": ("pytest_hpccourse.authoring.attack", "grade wrong and correct learner-style variants; report misgrades"),
     "new": ("pytest_hpccourse.authoring.scaffold", "scaffold a new lesson folder"),
+    "grade-class": ("pytest_hpccourse.classgrade.command",
+                    "grade a class's forks on Ray into a resumable SQLite gradebook (instructors)"),
     "site": ("pytest_hpccourse.site.builder", "build or serve the course site (learner or reference edition)"),
     "notebook": ("pytest_hpccourse.site.notebook", "write one lesson as a Jupyter notebook"),
 }

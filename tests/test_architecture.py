@@ -1,7 +1,8 @@
 """The package's architecture (docs/architecture.md), read from the source with `ast` (nothing is imported).
 
 - Dependencies point one way: `runtimes` imports nothing from `grading`, `authoring` or `site`; `grading`
-  nothing from `authoring` or `site`; `authoring` nothing from `site`; no subpackage imports `plugin` or
+  nothing from `authoring` or `site`; `authoring` nothing from `site`; `classgrade` (grade-class) only `grading`,
+  `runtimes` and `authoring`, and no other subpackage imports it; no subpackage imports `plugin` or
   `cli` (the two top-level modules that wire everything); the package's `__init__` imports none of it.
 - `hookspecs` (the hook specifications) imports nothing of the package, and only `plugin` imports it.
 - Each runtime (cuda, triton, ray, cute, mlirrun) imports no other runtime.
@@ -20,13 +21,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "pytest_hpccourse"
-SUBPACKAGES = ("runtimes", "grading", "authoring", "site")
+SUBPACKAGES = ("runtimes", "grading", "authoring", "site", "classgrade")
 # what each layer may import from the package, besides itself and the package's own __init__
 ALLOWED = {
     "runtimes": set(),
     "grading": {"runtimes"},
     "authoring": {"runtimes", "grading"},
     "site": {"runtimes", "grading", "authoring"},
+    "classgrade": {"runtimes", "grading", "authoring"},  # the instructor's side; only cli reaches it
 }
 TOP = ("plugin", "cli")  # wiring: may import every layer; nothing in the package imports them
 HOOKSPECS = "hookspecs"  # the hook specifications: import nothing of the package; only `plugin` imports them
