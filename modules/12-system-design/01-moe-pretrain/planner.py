@@ -129,7 +129,7 @@ def is_valid(req: Requirements, hw: Hardware, lay: Layout) -> bool:
 
 
 def memory_per_gpu(req: Requirements, lay: Layout) -> Memory:
-    """ZeRO-1 static ledger plus the 1F1B activations of the first stage, per GPU."""
+    """ZeRO-1 static ledger plus the 1F1B activations of the first stage, per GPU (lay is valid: is_valid is True)."""
     ### BEGIN SOLUTION
     dense = req.total_params - req.expert_params
     dense_dp = lay.dp * lay.cp                        # ZeRO-1 shards the optimizer over DP x CP
@@ -160,7 +160,7 @@ def plan_layout(req: Requirements, hw: Hardware, tp: int, ep: int, cp: int = 1) 
 
 
 def step_traffic(req: Requirements, hw: Hardware, lay: Layout) -> StepTraffic:
-    """Compute time and MoE all-to-all bytes per GPU per step, split into NVLink and RDMA."""
+    """Compute time and MoE all-to-all bytes per GPU per step, split into NVLink and RDMA (lay is valid)."""
     ### BEGIN SOLUTION
     global_tokens = req.global_batch_seqs * req.seq_len
     compute_s = 6.0 * req.active_params * global_tokens / (req.n_gpus * hw.peak_flops * req.mfu)

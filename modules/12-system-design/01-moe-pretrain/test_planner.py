@@ -157,6 +157,11 @@ def test_worked_case_reproduces_the_page_and_changed_cases_follow(pl, lesson):
         ck = pl.checkpoint_plan(req, hw)
         assert close(ck.mtbf_s, ref_job_mtbf_s(req)), f"case {i}: job MTBF {ck.mtbf_s:.6g} s"
         assert close(ck.bytes, 14 * req.total_params), f"case {i}: checkpoint bytes {ck.bytes:.6g}"
+    # one input changed, the others the same: the answer follows (nothing cached on the requirements alone)
+    fast = dataclasses.replace(pl.H200, peak_flops=1979e12)
+    c = pl.train_compute(pl.WORKED, fast)
+    gs = ref_gpu_seconds(pl.WORKED, fast)
+    assert close(c.gpu_days, gs / 86400), f"same model, 2x the peak: gpu_days {c.gpu_days:.6g}, want {gs / 86400:.6g}"
 
 
 @pytest.mark.points(1)
@@ -180,6 +185,13 @@ def test_gpus_for_deadline_is_the_smallest_whole_node_count(pl):
             exact = dataclasses.replace(req, n_gpus=got)
             assert pl.train_compute(more, hw).wall_days <= pl.train_compute(exact, hw).wall_days <= days
     req, hw = pl.WORKED, pl.H200
+    for g in (8, 6, 4):  # same requirements and deadline, other node size: the answer follows the hardware
+        node = dataclasses.replace(hw, gpus_per_node=g)
+        n = g
+        while ref_gpu_seconds(req, node) / n / 86400 > 14.0:
+            n += g
+        got = pl.gpus_for_deadline(req, node, 14.0)
+        assert got == n, f"{g}-GPU nodes, 14 days: {got} GPUs, the smallest whole-node count is {n}"
     counts = [pl.gpus_for_deadline(req, hw, d) for d in (7, 10, 14, 21, 30, 45)]
     assert counts == sorted(counts, reverse=True), f"a longer deadline never needs more GPUs: {counts}"
 
@@ -206,11 +218,23 @@ def test_layout_rules_and_memory_ledger(pl):
     assert pl.is_valid(small, hw, pl.Layout(tp=1, cp=8, pp=4, ep=8, dp=128)), "cp = 8 splits 4040; ep folds into dp x cp"
     tiny = dataclasses.replace(req, n_gpus=64, global_batch_seqs=64)
     assert not pl.is_valid(tiny, hw, pl.Layout(tp=1, cp=1, pp=8, ep=16, dp=8)), "EP = 16 must divide dp x cp = 8"
+    short = dataclasses.replace(req, n_layers=16, n_moe_layers=15)
+    assert pl.is_valid(short, hw, pl.Layout(tp=1, cp=1, pp=16, ep=64, dp=1024)), "pp = L = 16: one layer a stage is valid"
+    assert not pl.is_valid(short, hw, pl.Layout(tp=1, cp=1, pp=32, ep=64, dp=512)), "pp = 32 > L = 16 layers"
+    r6 = dataclasses.replace(req, n_gpus=1536)
+    six = dataclasses.replace(hw, gpus_per_node=6)
+    tp4 = pl.Layout(tp=4, cp=1, pp=3, ep=8, dp=128)
+    assert pl.is_valid(r6, hw, tp4), "TP = 4 divides an 8-GPU node"
+    assert not pl.is_valid(r6, six, tp4), "same layout on 6-GPU nodes: TP = 4 does not divide 6, a TP group straddles nodes"
+    assert pl.is_valid(r6, six, pl.Layout(tp=6, cp=1, pp=2, ep=8, dp=128)), "TP = 6 fills a 6-GPU node"
+    assert pl.is_valid(r6, six, pl.Layout(tp=2, cp=1, pp=6, ep=8, dp=128)), "TP = 2 divides a 6-GPU node"
     assert pl.is_valid(tiny, hw, pl.Layout(tp=1, cp=2, pp=4, ep=16, dp=8)), "EP = 16 divides dp x cp = 16"
     cases = [(req, (1, 1, 8, 64, 2048)), (req, (8, 1, 1, 32, 2048)), (req, (2, 2, 4, 64, 1024)),
              (req, (1, 4, 16, 256, 256)), (req, (4, 1, 2, 8, 2048)),
              (dataclasses.replace(req, global_batch_seqs=4096), (1, 1, 8, 64, 2048)),   # m = 2 < pp = 8
-             (dataclasses.replace(req, global_batch_seqs=2048), (1, 1, 16, 8, 1024))]   # m = 2, 61 / 16 uneven
+             (dataclasses.replace(req, global_batch_seqs=2048), (1, 1, 16, 8, 1024)),   # m = 2, 61 / 16 uneven
+             (dataclasses.replace(req, global_batch_seqs=8192), (1, 2, 4, 64, 2048)),   # CP = 2: m = B/dp = 4 = pp
+             (dataclasses.replace(req, act_bytes_per_token_layer=50 * 7168), (1, 2, 4, 64, 2048))]
     for i in range(len(CHANGED)):
         r, _ = changed(pl, i)
         assert ref_valid(r, changed(pl, i)[1], *CHANGED_LAYOUT[i])
@@ -255,6 +279,11 @@ def test_plan_layout_is_the_smallest_pp_that_fits(pl):
     got = pl.plan_layout(req, under, 1, 8)
     assert ref_plan(req, under, 1, 8, 1)[2] == 4
     assert got is not None and got.pp == 4, f"one byte short of pp=2: the next valid pp is 4 (3 does not divide 64), got {got}"
+    short = dataclasses.replace(pl.WORKED, n_layers=16, n_moe_layers=15)   # pp = 16 needs ~23.3 GB, pp = 8 ~30.1 GB
+    last = dataclasses.replace(hw, hbm_bytes=35e9, reserve_bytes=10e9)
+    assert ref_plan(short, last, 1, 64, 1) == (1, 1, 16, 64, 1024)
+    got = pl.plan_layout(short, last, 1, 64)
+    assert got is not None and got.pp == 16, f"only pp = L = 16 fits 25 GB (the range of pp includes L): got {got}"
     tiny = dataclasses.replace(hw, hbm_bytes=11e9)
     assert pl.plan_layout(pl.WORKED, tiny, 1, 64) is None, "1 GB of usable HBM fits no layout: None"
     assert pl.plan_layout(pl.WORKED, hw, 1, 48) is None, "EP = 48 does not divide 256 experts: None"
@@ -262,7 +291,9 @@ def test_plan_layout_is_the_smallest_pp_that_fits(pl):
 
 @pytest.mark.points(1)
 def test_traffic_per_tier_follows_rank_placement(pl):
-    cases = [(pl.WORKED, pl.H200, (1, 1, 8, 64, 2048)), (pl.WORKED, pl.H200, (8, 1, 1, 32, 2048)),
+    other = dataclasses.replace(pl.H200, gpus_per_node=4, nvlink_bytes_s=1800e9, nic_gbit_s=800.0)
+    cases = [(pl.WORKED, pl.H200, (1, 1, 8, 64, 2048)), (pl.WORKED, other, (1, 1, 8, 64, 2048)),  # same model, other node
+             (pl.WORKED, pl.H200, (8, 1, 1, 32, 2048)),
              (pl.WORKED, pl.H200, (1, 1, 8, 4, 2048)), (pl.WORKED, pl.H200, (2, 2, 4, 64, 1024)),
              (pl.WORKED, pl.H200, (4, 1, 16, 8, 256))]
     for i in range(len(CHANGED)):
@@ -312,11 +343,21 @@ def test_checkpoint_interval_and_failure_budget(pl):
                 else:
                     lo = mid
             assert got is not None and close(got, hi, rel=1e-6), f"{where}, waste <= {budget}: {got} B/s, want {hi:.6g}"
-    # the boundary: R/M is exactly 0.1 (1000 GPUs x 24 h / 24000 h = 1 failure a day, R = 8640 s)
-    req = dataclasses.replace(pl.WORKED, n_gpus=1000, gpu_mtbf_hours=24_000.0, restart_s=8640.0)
-    assert pl.storage_bw_for_waste(req, pl.H200, 0.1) is None, "waste budget equal to R/M: no bandwidth is enough"
-    bw = pl.storage_bw_for_waste(req, pl.H200, 0.1 + 0.01)
-    assert bw is not None and close(bw, 14 * 671e9 * 2 / (86400 * 0.01**2), rel=1e-6), bw
+    # the boundary: R/M is exactly 1/8 (1000 GPUs x 24 h / 24000 h = 1 failure a day, M = 86400 s, R = 10800 s);
+    # every input and intermediate is exact in float64, so R/M == 0.125 in any order of operations
+    req = dataclasses.replace(pl.WORKED, n_gpus=1000, gpu_mtbf_hours=24_000.0, restart_s=10_800.0)
+    assert pl.storage_bw_for_waste(req, pl.H200, 0.125) is None, "waste budget equal to R/M: no bandwidth is enough"
+    bw = pl.storage_bw_for_waste(req, pl.H200, 0.125 + 2.0**-6)
+    assert bw is not None and close(bw, 14 * 671e9 * 2 / (86400 * 2.0**-12), rel=1e-6), bw
+    # one input changed, the others the same: the plan follows it (nothing cached on the model and the GPU count)
+    base = pl.checkpoint_plan(pl.WORKED, pl.H200)
+    slow = pl.checkpoint_plan(pl.WORKED, dataclasses.replace(pl.H200, storage_write_bytes_s=250e9))
+    assert close(slow.write_s, 2 * base.write_s), f"half the storage bandwidth: write {slow.write_s:.3f} s"
+    assert close(slow.interval_s, math.sqrt(2) * base.interval_s), f"half the bandwidth: interval {slow.interval_s:.1f} s"
+    late = pl.checkpoint_plan(dataclasses.replace(pl.WORKED, restart_s=1200.0), pl.H200)
+    assert close(late.waste, base.waste + 600.0 / base.mtbf_s), f"restart 600 s -> 1200 s: waste {late.waste:.5f}"
+    flaky = pl.checkpoint_plan(dataclasses.replace(pl.WORKED, gpu_mtbf_hours=25_000.0), pl.H200)
+    assert close(flaky.failures_per_day, 2 * base.failures_per_day), f"half the MTBF: {flaky.failures_per_day} a day"
     sizes = [pl.checkpoint_plan(dataclasses.replace(pl.WORKED, n_gpus=n), pl.H200) for n in (4096, 16384, 65536)]
     assert sizes[0].interval_s > sizes[1].interval_s > sizes[2].interval_s, "more GPUs: shorter interval"
     assert close(sizes[0].interval_s / sizes[2].interval_s, 4.0), "16x the GPUs: interval / 4 (sqrt of M)"
