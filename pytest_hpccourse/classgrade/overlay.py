@@ -46,6 +46,7 @@ class LessonPart:
     id: str
     editable: tuple[str, ...]  # module-relative paths of its `files` and answers.yaml
     gpu: str = ""  # "lesson": requires cuda-gpu; "tests": some tests are marked requires("cuda-gpu"); "" neither
+    title: str = ""
 
 
 @dataclass
@@ -99,7 +100,8 @@ def _lesson_part(module: Path, folder: Path) -> LessonPart:
             except OSError:
                 continue
     lesson_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else folder.name
-    return LessonPart(rel, lesson_id, editable, gpu)
+    title = raw.get("title") if isinstance(raw.get("title"), str) else ""
+    return LessonPart(rel, lesson_id, editable, gpu, title)
 
 
 def load_pristine(module: Path, course_keys: Path | None = None) -> Pristine:

@@ -53,8 +53,8 @@ def rows_for(base: dict[str, Any], lessons: list[LessonPart], result: dict[str, 
     changed = set((result or {}).get("answers_changed", []))
     rows = []
     for lesson in lessons:
-        row = Row(lesson=lesson.id, path=lesson.path, title="", **base,
-                  ignored=[p for p in ignored], node=(result or {}).get("node", ""),
+        row = Row(lesson=lesson.id, path=lesson.path, title=lesson.title, **base,
+                  ignored=list(ignored), node=(result or {}).get("node", ""),
                   seconds=float((result or {}).get("seconds", 0.0)))
         gone = [p.rsplit("/", 1)[-1] for p in missing if p.startswith(lesson.path + "/")]
         if result is None:
@@ -64,7 +64,7 @@ def rows_for(base: dict[str, Any], lessons: list[LessonPart], result: dict[str, 
             row.reasons = [str(result.get("reason", ""))]
         elif lesson.path in by_path:
             entry = by_path[lesson.path]
-            row.title = str(entry.get("title", ""))
+            row.title = str(entry.get("title") or lesson.title)
             _from_lesson(row, entry, pass_line, lesson.path in changed)
         else:
             row.status, row.reasons = "ERROR", ["the lesson is missing from pytest's report"]
