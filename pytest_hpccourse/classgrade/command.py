@@ -293,7 +293,7 @@ class Driver:
 def prepare(sub: Submission, pristines: list[Pristine], graders: dict[str, str], cache: Path,
             deadline: str | None) -> list[Plan]:
     """Fetch one student's repository and build the plan of each module (runs in the fetch pool)."""
-    plans = [Plan(sub, p, graders[p.name]) for p in pristines]
+    plans = [Plan(sub, p, graders[p.name]) for p in pristines if not sub.module or sub.module == p.name]
     try:
         checkout = fetch(sub, cache, deadline)
         for plan in plans:
@@ -347,6 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(set(names)) != len(names):
         print("hpccourse grade-class: two --module folders have the same name", file=sys.stderr)
         return 2
+    unknown = sorted({s.module for s in roster.submissions if s.module and s.module not in names})
+    if unknown:
+        print(f"hpccourse grade-class: the roster names modules not given with --module: {', '.join(unknown)}",
+              file=sys.stderr)
+        return 2
     graders = {p.name: grader_version(p) for p in pristines}
     cache = args.cache or args.gradebook.with_name(args.gradebook.name + ".repos")
     for line in roster.skipped:
@@ -354,7 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     book = Gradebook(args.gradebook)
     progress = Progress(0, args.progress)
     driver = Driver(args, book, pristines, progress)
-    progress.total = len(roster.submissions) * sum(driver.task_count(p) for p in pristines)
+    counts = {p.name: driver.task_count(p) for p in pristines}
+    progress.total = sum(counts[s.module] if s.module else sum(counts.values()) for s in roster.submissions)
     interrupted = False
     try:
         with cf.ThreadPoolExecutor(max(1, args.fetch_jobs)) as pool:

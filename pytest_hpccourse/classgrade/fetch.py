@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .roster import Submission, safe_name
+from .roster import Submission
 
 GIT_TIMEOUT = 300.0  # seconds for one git command (a clone over a slow network)
 
@@ -71,7 +71,7 @@ def git_deadline(deadline: str) -> str:
 
 def mirror(sub: Submission, cache: Path) -> Path:
     """The up-to-date bare mirror of the student's repository in `cache`."""
-    target = cache / (safe_name(sub.student) + ".git")
+    target = cache / (sub.key + ".git")
     if target.is_dir():
         try:
             git(target, "remote", "set-url", "origin", sub.repo)
