@@ -6,7 +6,8 @@ and for the smallest canary that reaches the power, and an explicit scan of the 
 Tolerance: rel 1e-9 on real-valued outputs (float64 round-off of a dozen operations is ~1e-15; every modelling
 error tested moves a value by 2 % or more); integer outputs (GPUs, episodes, days) must be exact. Random cases are
 kept only where the real-valued count before rounding up is more than 1e-6 from an integer, so any operation
-order rounds the same way; the exact-fit cases are built from numbers whose products are exact in binary.
+order rounds the same way; the exact-fit cases are built from numbers whose products are exact in binary, and
+the cases a hair over capacity (MFU / (1 + eps), eps >= 1e-8, ~1e7 times the round-off) fall on one side for all.
 """
 
 import dataclasses
@@ -167,6 +168,37 @@ def random_hardware(fw, rng):
 
 # ---- tests --------------------------------------------------------------------------------------------------
 
+def exact_fit_fleet(fw):
+    """6ND is exactly 16 GPU-windows at MFU 0.5 on 1.536 PFLOP/s, and labelling is exactly at capacity (1.0)."""
+    return fw.Fleet(n_robots=100, hours_per_day=8.0, curation=0.5, sample_hz=5.0, cameras=2, tokens_per_image=256,
+                    replay=1.0, n_params=1e9, mfu=0.5, train_window_h=1.0, n_gpus=16, label_ratio=0.5,
+                    labellers=25, labeller_hours=8.0)
+
+
+@pytest.mark.points(1)
+def test_a_hair_over_capacity_needs_another_node_and_is_unbalanced(fw):
+    # The exact fit with the MFU lowered by a factor 1 + eps: the run needs 16 (1 + eps) GPU-windows, just over a
+    # node boundary, and the 16 provisioned GPUs are at utilisation 1 + eps. eps = 1e-8 is ~1e7 times float64
+    # round-off of the dozen operations (~1e-15), so every correct operation order lands on the same side of the
+    # boundary; rounding the real GPU count or granting a tolerance on "balanced" lands on the wrong one.
+    base = exact_fit_fleet(fw)
+    for eps in (1e-8, 1e-4, 5e-3):
+        f = dataclasses.replace(base, mfu=0.5 / (1.0 + eps))
+        for gpn in (8, 4):
+            hw = fw.Hardware(bf16_flops=1.536e15, gpus_per_node=gpn)
+            assert ref_flops(f) > 16 * gpu_window_flop(f, hw), "test setup: just over 16 GPU-windows"
+            got = fw.train_gpus(f, hw)
+            assert got == 16 + gpn, (f"eps = {eps}: the run needs 16 x (1 + {eps}) GPU-windows, so {16 + gpn} GPUs "
+                                     f"({gpn}-GPU nodes); got {got} (a small excess over a node boundary adds a node)")
+        c = fw.chain(f, fw.Hardware(bf16_flops=1.536e15))
+        want = ref_util(f, fw.Hardware(bf16_flops=1.536e15))
+        assert want["training"] > 1 and want["labelling"] == 1, "test setup"
+        close(c.utilisation["training"], want["training"], f"utilisation['training'], eps = {eps}")
+        assert not c.balanced, (f"eps = {eps}: training at utilisation 1 + {eps} > 1 is over capacity, "
+                                f"balanced must be False (balanced means the highest utilisation is <= 1)")
+        assert c.bottleneck == "training", f"eps = {eps}: training (1 + {eps}) beats labelling (1.0), got {c.bottleneck!r}"
+
+
 @pytest.mark.points(1)
 def test_page_numbers_and_a_doubled_fleet(fw, lesson):
     f, hw = fw.Fleet(), fw.Hardware()
@@ -309,9 +341,7 @@ def test_chain_utilisation_and_bottleneck(fw):
         c = fw.chain(dataclasses.replace(base, **change), hw)
         assert c.bottleneck == stage and not c.balanced, f"{change}: bottleneck {c.bottleneck!r}, balanced={c.balanced}"
     # exact fit: utilisation exactly 1 is balanced; ties go to the earlier stage
-    f = fw.Fleet(n_robots=100, hours_per_day=8.0, curation=0.5, sample_hz=5.0, cameras=2, tokens_per_image=256,
-                 replay=1.0, n_params=1e9, mfu=0.5, train_window_h=1.0, n_gpus=16, label_ratio=0.5,
-                 labellers=25, labeller_hours=8.0)
+    f = exact_fit_fleet(fw)
     hw = fw.Hardware(bf16_flops=1.536e15)
     want = ref_util(f, hw)
     assert want["training"] == 1 and want["labelling"] == 1 and max(want.values()) == 1, "test setup"
