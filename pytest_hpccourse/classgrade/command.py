@@ -149,7 +149,8 @@ class Driver:
             else:
                 self._temp_dir = tempfile.mkdtemp(prefix="hpcray-")  # short: Ray's socket paths are capped
                 ray.init(address="local", num_cpus=self.args.num_cpus, include_dashboard=False,
-                         log_to_driver=False, logging_level="WARNING", _temp_dir=self._temp_dir)
+                         log_to_driver=False, logging_level="WARNING", _temp_dir=self._temp_dir,
+                         object_store_memory=512 * 1024**2)  # pristine modules are small; /dev/shm is shared
             self._ray = ray
             self._refs = {p.name: ray.put(p.files) for p in self.pristines}
         return self._ray

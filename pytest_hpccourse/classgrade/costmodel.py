@@ -35,6 +35,14 @@ class ModuleTimes:
     cpu_lessons: dict[str, float] = field(default_factory=dict)  # lesson id -> seconds of one grading run
     gpu_lessons: dict[str, float] = field(default_factory=dict)
     measured: dict[str, float] = field(default_factory=dict)  # part -> median task seconds (gradebook)
+    gpu_tests: set[str] = field(default_factory=set)  # GPU lessons by marked tests only: on CPU without GPU nodes
+
+    def without_gpus(self) -> ModuleTimes:
+        """The module on a cluster without GPUs: lessons with GPU-marked tests run in the CPU part."""
+        moved = {k: v for k, v in self.gpu_lessons.items() if k in self.gpu_tests}
+        return ModuleTimes(self.name, {**self.cpu_lessons, **moved},
+                           {k: v for k, v in self.gpu_lessons.items() if k not in moved},
+                           {} if moved else dict(self.measured), set())
 
     def task_seconds(self, part: str, overhead: float, gpu_default: float) -> float | None:
         if part in self.measured:
@@ -47,9 +55,11 @@ class ModuleTimes:
         return overhead + sum(lessons.values())
 
 
-def _module_of(path: str) -> str:
+def _module_of(path: str, default: str) -> str:
+    """The module of a lesson path (`modules/02-cuda/04-x` -> 02-cuda); `default` for a path relative to its
+    module (a report written from inside the module: name the file after it, `02-cuda.json`)."""
     parts = [p for p in path.split("/") if p]
-    return parts[-2] if len(parts) >= 2 else "module"
+    return parts[-2] if len(parts) >= 2 else default
 
 
 def read_times(path: Path, modules: dict[str, ModuleTimes]) -> None:
@@ -57,15 +67,21 @@ def read_times(path: Path, modules: dict[str, ModuleTimes]) -> None:
     if isinstance(data, list):  # hpccourse check --json
         for entry in data:
             runs = 2 + len(entry.get("mutants", [])) + len(entry.get("alternatives", []))
-            m = modules.setdefault(_module_of(entry["path"]), ModuleTimes(_module_of(entry["path"])))
+            name = _module_of(entry["path"], Path(path).stem)
+            m = modules.setdefault(name, ModuleTimes(name))
             target = m.gpu_lessons if any(GPU in u for u in entry.get("unproven", [])) else m.cpu_lessons
             target[entry["id"]] = float(entry.get("seconds", 0.0)) / runs
     elif isinstance(data, dict) and "lessons" in data:  # --course-json
         for lesson in data["lessons"]:
-            m = modules.setdefault(_module_of(lesson["path"]), ModuleTimes(_module_of(lesson["path"])))
-            seconds = sum(float(t.get("duration", 0.0)) for t in (lesson.get("code") or {}).get("tests", []))
-            target = m.gpu_lessons if GPU in lesson.get("needs", []) else m.cpu_lessons
+            name = _module_of(lesson["path"], Path(path).stem)
+            m = modules.setdefault(name, ModuleTimes(name))
+            tests = (lesson.get("code") or {}).get("tests", [])
+            seconds = sum(float(t.get("duration", 0.0)) for t in tests)
+            marked = any(t.get("outcome") == "skipped" and GPU in str(t.get("message", "")) for t in tests)
+            target = m.gpu_lessons if GPU in lesson.get("needs", []) or marked else m.cpu_lessons
             target[lesson["id"]] = seconds
+            if marked and GPU not in lesson.get("needs", []):
+                m.gpu_tests.add(lesson["id"])
     else:
         raise ValueError(f"{path}: neither `hpccourse check --json` output nor a --course-json report")
 
@@ -101,13 +117,24 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m {seconds % 60:02d}s"
 
 
+def _tasks(modules: dict[str, ModuleTimes], students: int, overhead: float, gpu_default: float,
+           gpus: bool) -> list[tuple[float, str]]:
+    tasks: list[tuple[float, str]] = []
+    for m in modules.values():
+        m = m if gpus else m.without_gpus()
+        for part in ("cpu", "gpu"):
+            seconds = m.task_seconds(part, overhead, gpu_default)
+            if seconds is not None:
+                tasks += [(seconds, part)] * students
+    return tasks
+
+
 def model(modules: dict[str, ModuleTimes], students: int, cpu_nodes: list[int], gpu_nodes: int,
           cpus_per_node: int, gpus_per_node: int, overhead: float, gpu_default: float) -> str:
     lines = [f"cost model: {students} students × {len(modules)} modules "
              f"(task = one student's module part; times: measured task medians, else overhead {overhead:g} s + "
-             "lesson times)"]
-    tasks: list[tuple[float, str]] = []
-    lines.append(f"{'module':<22}{'cpu lessons':>12}{'cpu task s':>12}{'gpu lessons':>12}{'gpu task s':>12}")
+             "lesson times)",
+             f"{'module':<22}{'cpu lessons':>12}{'cpu task s':>12}{'gpu lessons':>12}{'gpu task s':>12}"]
     for name in sorted(modules):
         m = modules[name]
         cells = []
@@ -116,20 +143,20 @@ def model(modules: dict[str, ModuleTimes], students: int, cpu_nodes: list[int], 
             count = len(m.cpu_lessons if part == "cpu" else m.gpu_lessons)
             source = "m" if part in m.measured else ("a" if part == "gpu" and seconds == gpu_default else "")
             cells += [str(count), "-" if seconds is None else f"{seconds:.1f}{source}"]
-            if seconds is not None:
-                tasks += [(seconds, part)] * students
         lines.append(f"{name:<22}{cells[0]:>12}{cells[1]:>12}{cells[2]:>12}{cells[3]:>12}")
-    lines.append("(m: measured in the gradebook; a: assumed, --gpu-task-seconds)")
+    lines.append("(m: measured in the gradebook; a: assumed, --gpu-task-seconds; a GPU part's lesson times are "
+                 "their CPU-run tests, its GPU-only tests were not timed here)")
+    gpu_slots = gpu_nodes * gpus_per_node
+    tasks = _tasks(modules, students, overhead, gpu_default, gpus=gpu_slots > 0)
     cpu_seconds = sum(s for s, p in tasks if p == "cpu")
     gpu_seconds = sum(s for s, p in tasks if p == "gpu")
     lines.append(f"work: {len(tasks)} tasks, {cpu_seconds / 3600:.1f} CPU-hours + {gpu_seconds / 3600:.1f} GPU-hours "
                  f"(one CPU: {_clock(cpu_seconds + gpu_seconds)})")
     for n in cpu_nodes or [1]:
         cpu_slots = n * cpus_per_node + gpu_nodes * max(0, cpus_per_node - gpus_per_node)
-        gpu_slots = gpu_nodes * gpus_per_node
         runnable = [(s, p) for s, p in tasks if p == "cpu" or gpu_slots]
         wall = schedule(runnable, cpu_slots, gpu_slots)
-        note = "" if gpu_slots or not gpu_seconds else "  (GPU parts NEEDS: no GPU node)"
+        note = "" if gpu_slots or not any(p == "gpu" for _, p in tasks) else "  (GPU parts NEEDS: no GPU node)"
         lines.append(f"{n} CPU node(s) × {cpus_per_node} CPUs + {gpu_nodes} GPU node(s) × {gpus_per_node} GPU: "
                      f"wall {_clock(wall)}{note}")
     return "\n".join(lines)

@@ -97,7 +97,7 @@ def terminal(rows: list[Row]) -> str:
 
 
 # ---- HTML ---------------------------------------------------------------------------------
-CELL = 16
+CELL = 18
 STATUS_COLOURS = {"NEEDS": "#c8c8c8", "MISSING": "#ffffff", "TIMEOUT": "#5b2a86", "CRASHED": "#5b2a86",
                   "ERROR": "#5b2a86"}
 
@@ -173,7 +173,7 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 .hists { display: flex; flex-wrap: wrap; gap: 1.2em; } .hist figcaption { font-size: 0.85em; }
 .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle;
                border: 1px solid #999; }
-.muted { color: #777; font-size: 0.85em; }
+.muted { color: #777; font-size: 0.85em; } td.title { min-width: 11em; }
 """
 
 
@@ -202,7 +202,7 @@ def page(rows: list[Row], title: str = "Class summary") -> str:
                  "<th>missing</th><th>most common failing tests</th></tr>")
     for s in stats:
         common = "<br>".join(f"{html.escape(t)} ({n})" for t, n in s.failing.most_common(3)) or "-"
-        parts.append(f"<tr><td>{html.escape(s.lesson)}</td><td>{html.escape(s.title)}</td>"
+        parts.append(f"<tr><td>{html.escape(s.lesson)}</td><td class=title>{html.escape(s.title)}</td>"
                      f"<td class=num>{len(s.graded)}</td><td class=num>{_pct(s.pass_rate)}</td>"
                      f"<td class=num>{_mean(s.graded)}</td><td class=num>{_median(s.graded)}</td>"
                      f"<td class=num>{s.needs}</td><td class=num>{s.faults}</td><td class=num>{s.missing}</td>"
