@@ -375,6 +375,20 @@ def test_infeasible_requirements_give_none_and_exact_fits(pd):
     req_fit = R(req, prompt_len=4096, output_len=4096, tpot_slo=1.0)
     assert pd.decode_batch(tiny, hw_fit, dep_fit, req_fit) == 40, "exactly 40 sequences fit: floor, not < "
     assert pd.decode_batch(tiny, R(hw_fit, hbm_bytes=hw_fit.hbm_bytes - 1), dep_fit, req_fit) == 39
+    # the narrower side's NICs when the decode side is the wider one (every other case has decode_tp <= prefill_tp)
+    wide_decode = R(dep, prefill_tp=1, decode_tp=4)
+    want = 2 * 80 * 8 * 128 * 2 * 4096 / (1 * 400e9 / 8)  # one prefill GPU's NIC: 0.0268435456 s
+    assert math.isclose(pd.kv_transfer_seconds(m, hw, wide_decode, 4096), want, rel_tol=1e-9), (
+        "prefill TP1 -> decode TP4: the transfer runs over min(1, 4) = 1 NIC")
+    # exact utilisation fit: p = 0.25 s, lambda * p / cap = 8 * 0.25 / 0.5 = 4 exactly -> 4 instances, not 5
+    small = pd.Model(n_params=2.0**30, n_layers=4, n_heads=8, n_kv_heads=8, head_dim=128)
+    flops = 2 * 2.0**30 * 1024 + 2 * 1024**2 * (8 * 128) * 4  # 2^41 + 2^33, exact
+    hw_exact = R(hw, peak_flops=8 * flops)
+    dep_exact = R(dep, prefill_tp=1, prefill_mfu=0.5, max_prefill_util=0.5)
+    req_exact = R(req, qps=8.0, prompt_len=1024, ttft_slo=10.0)
+    assert pd.prefill_seconds(small, hw_exact, dep_exact, 1024) == 0.25
+    assert pd.prefill_instances(small, hw_exact, dep_exact, req_exact) == 4, (
+        "utilisation exactly at the cap is allowed (<=): ceil(4.0) = 4 instances")
 
 
 @pytest.mark.points(1)
