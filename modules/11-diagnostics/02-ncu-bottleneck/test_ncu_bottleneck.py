@@ -193,7 +193,9 @@ def shared(ld=(0, 0, 0), st=(0, 0, 0), ldsm=0):
 ])
 def test_bank_conflict_rule(nb, m, expected):
     assert ncu_conflicts(m) == expected
+    before = copy.deepcopy(m)
     assert tuple(nb.bank_conflicts(m)) == expected
+    assert m == before, "bank_conflicts changed the metric dict it was given"
 
 
 def test_bank_conflicts_with_counters_ncu_left_out(nb):
@@ -201,7 +203,9 @@ def test_bank_conflicts_with_counters_ncu_left_out(nb):
     m = shared(st=(393_216, 1_572_864, 196_608))
     m["smsp__inst_executed_op_ldsm.sum"] = None
     del m["smsp__sass_inst_executed_op_shared_ld.sum"]
+    before = copy.deepcopy(m)
     assert tuple(nb.bank_conflicts(m)) == ("st",)
+    assert m == before, "bank_conflicts changed the metric dict it was given (added or rewrote a counter)"
 
 
 # ---- roofline ----
