@@ -134,6 +134,57 @@ def _gaps(tl, ops, kw=30.0):
 
 
 # ------------------------------------------------------------------------------------------------
+# contract edges (fastest first: a mutant stops at its first failing test)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_only_gpu_cats_are_gpu_work(tl):
+    """gpu_user_annotation and cuda_sync carry device and stream like kernels do, but the GPU is not working."""
+    b = Builder()
+    b.op(7, 100.0, 5.0, 90.0)
+    b.op(7, 200.0, 5.0, 195.0)
+    b.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "nccl:all_reduce", "pid": 0, "tid": 7,
+                     "ts": 99.0, "dur": 120.0, "args": {"device": 0, "stream": 7}})
+    b.events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 150.0,
+                     "dur": 20.0, "args": {"device": 0, "stream": 7, "correlation": 1, "cuda_sync_kind": "Stream Sync"}})
+    b.events.append({"ph": "X", "cat": "gpu_kernel_marker", "name": "marker", "pid": 0, "tid": 7, "ts": 120.0,
+                     "dur": 10.0, "args": {"device": 0, "stream": 7}})          # a made-up cat: only GPU_CATS count
+    trace = b.trace()
+    assert len(tl.gpu_ops(trace)) == 2
+    r = tl.analyze(trace)
+    assert (r["busy_us"], r["idle_us"]) == (10.0, 95.0)
+
+
+def test_inputs_are_not_modified(tl):
+    ops = random_ops(tl, 5, n_streams=3, n=12)            # shuffled: not in time order
+    assert ops != sorted(ops, key=lambda o: (o.ts, o.end, o.stream))
+    before = list(ops)
+    tl.busy_intervals(ops)
+    assert ops == before, "busy_intervals reordered the list passed in"
+    gaps = tl.idle_gaps(ops)
+    assert ops == before, "idle_gaps reordered the list passed in"
+    tl.idle_breakdown(ops)
+    assert ops == before, "idle_breakdown reordered the list passed in"
+    calls = [tl.HostCall("cudaStreamSynchronize", g.start - 1.0, 2.0) for g in gaps[::2]][::-1]
+    gaps_before, calls_before = list(gaps), list(calls)
+    causes = tl.gap_causes(gaps, calls)
+    causes_before = list(causes)
+    tl.stretches(gaps, causes, 1)
+    assert (gaps, calls, causes) == (gaps_before, calls_before, causes_before)
+
+
+def test_a_missing_launch_among_the_starters_is_not_host_wait(tl):
+    """Two ops end the gap; one launched after it began, the other's launch is not in the trace."""
+    G = tl.GpuOp
+    ops = [G("a", "kernel", 7, 0.0, 10.0, -5.0), G("b", "kernel", 7, 50.0, 10.0, None),
+           G("c", "gpu_memcpy", 20, 50.0, 3.0, 45.0)]
+    assert tl.idle_gaps(ops) == [tl.Gap(10.0, 50.0, "other")]
+    short = [G("a", "kernel", 7, 0.0, 10.0, -5.0), G("b", "kernel", 20, 22.5, 1.0, 15.0),
+             G("c", "kernel", 7, 22.5, 4.0, None)]
+    assert tl.idle_gaps(short) == [tl.Gap(10.0, 22.5, "kernel_wait")]
+
+
+# ------------------------------------------------------------------------------------------------
 # the union and the gaps (fast)
 # ------------------------------------------------------------------------------------------------
 
