@@ -174,9 +174,92 @@ def case_two_groups_fail():
     return groups, ranks, [("1", 2, "all_reduce", "op", {1}), ("2", 3, "all_reduce", "missing", {3})]
 
 
+def case_size_before_dtype():
+    """Rank 1 differs in size AND dtype: the kind is the first differing field in the order op, size, dtype, state."""
+    groups = {"0": [0, 1, 2]}
+    ranks = {r: [ar("0", 1, 7), ar("0", 2, 9, dtype="Half") if r == 1 else ar("0", 2, 7)] for r in range(3)}
+    return groups, ranks, [("0", 2, "all_reduce", "size", {1})]
+
+
+def case_missing_beats_mismatch():
+    """At seq 2 rank 3 issued nothing, rank 0 a broadcast, ranks 1 and 2 an all_reduce: missing wins, and the
+    collective is the majority's op, not the lowest holder's."""
+    groups = {"0": [0, 1, 2, 3]}
+    ranks = {r: [ar("0", 1, 8)] for r in range(4)}
+    ranks[0].append(entry("0", 2, "broadcast", [[8]]))
+    ranks[1].append(ar("0", 2, 8))
+    ranks[2].append(ar("0", 2, 8))
+    return groups, ranks, [("0", 2, "all_reduce", "missing", {3})]
+
+
+def case_output_size():
+    """all_gather on 4 ranks: same input [4], rank 2 gathers into 12 elements instead of 16 (output sizes count)."""
+    groups = {"0": [0, 1, 2, 3]}
+    ranks = {r: [ar("0", 1, 4), entry("0", 2, "all_gather", [[4]], out_sizes=[[12 if r == 2 else 16]])]
+             for r in range(4)}
+    return groups, ranks, [("0", 2, "all_gather", "size", {2})]
+
+
+def case_member_without_entries():
+    """Rank 1 has a dump and belongs to group 1 but never issued a collective there: it is missing, not absent."""
+    groups = {"0": [0, 1, 2], "1": [0, 1]}
+    ranks = {r: [ar("0", 1, 8)] for r in range(3)}
+    ranks[0].append(ar("1", 1, 3))
+    return groups, ranks, [("1", 1, "all_reduce", "missing", {1})]
+
+
+def case_gap_in_window():
+    """No rank holds seq 2: it is skipped, and the scan goes on to the size mismatch at seq 3."""
+    groups = {"0": [0, 1, 2]}
+    ranks = {r: [ar("0", 1, 6), ar("0", 3, 5 if r == 2 else 6)] for r in range(3)}
+    return groups, ranks, [("0", 3, "all_reduce", "size", {2})]
+
+
+RULES = {"size_before_dtype": case_size_before_dtype, "missing_beats_mismatch": case_missing_beats_mismatch,
+         "output_size": case_output_size, "member_without_entries": case_member_without_entries,
+         "gap_in_window": case_gap_in_window}
+
+
 PLANTED = {"several_groups": case_several_groups, "p2p_entries": case_p2p_entries, "state": case_state,
            "dtype": case_dtype, "two_culprits": case_two_culprits, "two_groups_fail": case_two_groups_fail}
 TORCHFRTRACE_AGREES = {"several_groups", "state", "dtype", "two_culprits", "two_groups_fail"}
+
+
+# torchfrtrace takes the op of its reference rank (the lowest) as the collective's name: it names rank 0's broadcast
+TORCHFRTRACE_NAMES = {"missing_beats_mismatch": "broadcast"}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_contract_rules(hf, name, tmp_path):
+    """One planted case per rule of the contract: kind order, missing first, output sizes, a present member with no
+    entry in the group, an empty seq inside the window."""
+    groups, ranks, want = RULES[name]()
+    dumps = dumps_of(groups, ranks)
+    got = as_tuples(hf.diagnose(dumps))
+    assert got == want, f"{name}: got {got}, expected {want}"
+    theirs = [(pg, seq, TORCHFRTRACE_NAMES.get(name, op), kind, c) for pg, seq, op, kind, c in want]
+    assert torchfrtrace(write(dumps, tmp_path / name)) == theirs, "torchfrtrace disagrees with the expected verdict"
+
+
+@pytest.mark.points(1)
+def test_missing_dump_does_not_hide_a_mismatch(hf, lesson, tmp_path):
+    """Rank 3's dump is gone from the size case: the present ranks still disagree at seq 4, and that comes first."""
+    dumps = hf.load_dumps(str(lesson.path("fixtures/size")))
+    del dumps[3]
+    want = [("0", 4, "all_reduce", "size", {1})]
+    assert as_tuples(hf.diagnose(dumps)) == want
+    assert torchfrtrace(write(dumps, tmp_path / "no3"), allow_incomplete=True) == want
+
+
+@pytest.mark.points(1)
+def test_real_dumps_unchanged(hf, lesson):
+    """The clean run's rank 0 holds world seqs 1, 2, then pair seq 1, then 3, 4, 5: the entry order must survive."""
+    dumps = hf.load_dumps(str(lesson.path("fixtures/clean")))
+    before = copy.deepcopy(dumps)
+    assert hf.diagnose(dumps) == []
+    assert dumps == before, "diagnose must not modify the dumps (entry order included)"
+    assert hf.diagnose(dumps) == []
 
 
 @pytest.mark.points(2)
@@ -233,34 +316,47 @@ def test_wrapped_ring_buffer_and_missing_dump(hf, lesson, tmp_path):
 
 
 LIVE = textwrap.dedent('''
-    import datetime, os, pickle, sys
-    import torch, torch.distributed as dist, torch.multiprocessing as mp
+    import datetime, os, pickle, sys, time
+    import torch, torch.distributed as dist
 
-    def run(rank, world, out, barrier):
-        dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=2))
-        try:
-            for step in range(3):
-                dist.all_reduce(torch.ones(4))
-                if not (rank == 1 and step == 2):      # rank 1 skips the gather of the last step
-                    dist.all_gather([torch.empty(2) for _ in range(world)], torch.ones(2))
-            dist.barrier()
-        except Exception:
-            pass
-        d = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, False, False))
-        g = dist.group.WORLD
-        d["pg_config"] = {g.group_name: {"name": g.group_name, "desc": g.group_desc,
-                                         "ranks": str(dist.get_process_group_ranks(g))}}
-        with open(os.path.join(out, f"rank_{rank}"), "wb") as f:
-            pickle.dump(d, f)
-        barrier.wait(timeout=60)
-        os._exit(0)
-
-    if __name__ == "__main__":
-        os.environ["TORCH_FR_BUFFER_SIZE"] = "32"
-        out = sys.argv[1]
-        mp.spawn(run, args=(3, out, mp.get_context("spawn").Barrier(3)), nprocs=3)
+    rank, world, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=2))
+    try:
+        for step in range(3):
+            dist.all_reduce(torch.ones(4))
+            if not (rank == 1 and step == 2):          # rank 1 skips the gather of the last step
+                dist.all_gather([torch.empty(2) for _ in range(world)], torch.ones(2))
+        dist.barrier()
+    except Exception:
+        pass
+    d = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, False, False))
+    g = dist.group.WORLD
+    d["pg_config"] = {g.group_name: {"name": g.group_name, "desc": g.group_desc,
+                                     "ranks": str(dist.get_process_group_ranks(g))}}
+    with open(os.path.join(out, f"part_{rank}"), "wb") as f:
+        pickle.dump(d, f)
+    os.rename(os.path.join(out, f"part_{rank}"), os.path.join(out, f"rank_{rank}"))
+    deadline = time.time() + 60                        # wait for the others: a waiting rank must see its timeout,
+    while time.time() < deadline and not all(         # not a closed connection
+            os.path.exists(os.path.join(out, f"rank_{r}")) for r in range(world)):
+        time.sleep(0.05)
+    os._exit(0)                                        # no destroy_process_group after a failed collective
 ''')
+
+
+def case_live_replica():
+    """The live run's collectives, planted: the analyser must get this right before 3 ranks are started."""
+    ranks = {}
+    for r in range(3):
+        es = []
+        for step in range(3):
+            es.append(ar("0", len(es) + 1, 4, backend="gloo"))
+            if not (r == 1 and step == 2):
+                es.append(entry("0", len(es) + 1, "all_gather", [[2]], out_sizes=[[2]] * 3, backend="gloo"))
+        es.append(entry("0", len(es) + 1, "barrier", [], backend="gloo"))
+        ranks[r] = es
+    return {"0": [0, 1, 2]}, ranks, [("0", 6, "all_gather", "op", {1})]
 
 
 @pytest.mark.points(1)
@@ -268,12 +364,22 @@ LIVE = textwrap.dedent('''
 @pytest.mark.timeout(120)
 def test_live_gloo_hang(hf, tmp_path):
     """A fresh hang on 3 gloo ranks (2 s timeout): rank 1 skips the 6th collective (an all_gather) and runs on."""
+    groups, ranks, want = case_live_replica()
+    assert as_tuples(hf.diagnose(dumps_of(groups, ranks))) == want, "wrong on the planted copy of the live run"
     script = tmp_path / "hang.py"
     script.write_text(LIVE)
     out = tmp_path / "dumps"
     out.mkdir()
-    subprocess.run([sys.executable, str(script), str(out)], check=True, timeout=100, capture_output=True)
+    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="32")
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "3", str(out)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in range(3)]
+    try:
+        errors = [p.communicate(timeout=100)[1] for p in procs]
+    finally:
+        for p in procs:
+            p.kill() if p.poll() is None else None
+    assert all(p.returncode == 0 for p in procs), [e.decode()[-500:] for e in errors]
     os.remove(out / "store") if (out / "store").exists() else None
     got = as_tuples(hf.diagnose(hf.load_dumps(str(out))))
-    assert got == [("0", 6, "all_gather", "op", {1})], got
+    assert got == want, got
     assert torchfrtrace(out) == got
