@@ -409,6 +409,12 @@ def test_inputs_unchanged_and_no_hidden_state(tl):
     rng.shuffle(shuffled)
     assert tl.idle_gaps(shuffled) == tl.idle_gaps(ops)
     assert tl.analyze(trace) == a and trace == before and ops == ops_before
+    # the caller edits the trace in place: nothing computed for the old contents may come back
+    trace["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "late_k", "pid": 0, "tid": 7, "ts": 1e9,
+                                 "dur": 1.0, "args": {"device": 0, "stream": 7, "correlation": 999_999}})
+    assert len(tl.gpu_ops(trace)) == len(ops) + 1, "gpu_ops returned the ops of the trace before it was edited"
+    assert tl.gpu_ops(trace) == tl.gpu_ops(copy.deepcopy(trace))
+    assert tl.analyze(trace)["busy_us"] == pytest.approx(a["busy_us"] + 1.0, abs=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------
