@@ -1,4 +1,5 @@
-"""Tests for rl-14. Fast tree / PER / mixed-replay / ingest tests first, the Ray drill (a robot killed for real) last.
+"""Tests for rl-14. Fast tree / PER / mixed-replay / ingest tests first, then the RLlib and torchrl oracles (their imports
+cost seconds), the Ray drill (a robot killed for real) last: every mutant should die before the slow part.
 
 Oracles: a brute-force float64 cumulative sum (numpy searchsorted) for the prefix-sum search; RLlib's pure-Python
 SumSegmentTree / MinSegmentTree (ray/rllib/execution/segment_tree.py, loaded from the installed file: RLlib's package
@@ -135,40 +136,13 @@ def test_update_and_find_touch_only_log_n_nodes(lesson):
 def test_find_rejects_u_outside_zero_to_total(lesson):
     fw = lesson.load("flywheel.py")
     tree = fill(fw, [1.0, 0.0, 2.0, 0.0, 0.0])
-    for u in (3.0, 3.5, -1e-12):
+    for u in (3.0, 3.5, -1e-12, float("nan")):                 # NaN lies in no interval
         with pytest.raises(ValueError):
             tree.find(u)
     assert tree.find(2.999) == 2
     empty = fw.SumTree(3)
     with pytest.raises(ValueError):
         empty.find(0.0)
-
-
-@pytest.mark.requires("ray")
-def test_trees_agree_with_rllib_segment_trees(lesson):
-    """RLlib's SumSegmentTree.find_prefixsum_idx descends with `left > u` (the same half-open intervals); it needs a
-    power-of-two capacity, so ours is compared with RLlib's of size `base` whose extra leaves stay 0."""
-    import ray
-
-    src = Path(ray.__file__).parent / "rllib" / "execution" / "segment_tree.py"
-    spec = importlib.util.spec_from_file_location("rllib_segment_tree", src)
-    rl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rl)
-    fw = lesson.load("flywheel.py")
-    rng = np.random.default_rng(3)
-    for cap in (3, 11, 64, 77):
-        ours, mins = fw.SumTree(cap), fw.MinTree(cap)
-        theirs, their_min = rl.SumSegmentTree(ours.base), rl.MinSegmentTree(ours.base)
-        for _ in range(4 * cap):
-            i, v = int(rng.integers(cap)), float(rng.exponential() * (rng.random() < 0.8))
-            ours.update(i, v)
-            mins.update(i, v)
-            theirs[i] = v
-            their_min[i] = v
-        assert ours.total() == theirs.sum()
-        assert mins.reduce() == their_min.min(0, cap)
-        for u in rng.random(200) * ours.total():
-            assert ours.find(float(u)) == theirs.find_prefixsum_idx(float(u))
 
 
 # --------------------------------------------------------------------------------------- prioritized replay
@@ -251,6 +225,177 @@ def test_sampling_distribution_is_p_alpha_normalised(lesson):
     assert chi2 < 45.0, f"chi-square {chi2:.1f}: counts {counts.tolist()} vs expected {(40000 * prob).round(0).tolist()}"
 
 
+# -------------------------------------------------------------------------------------------- mixed replay
+def make_pools(fw, n_sim, n_real, alpha=0.6, beta=0.4, eps=1e-3, seed=8):
+    rng = np.random.default_rng(seed)
+    sim, real = fw.PrioritizedReplay(64, alpha, beta, eps), fw.PrioritizedReplay(32, alpha, beta, eps)
+    for k in range(n_sim):
+        sim.add(("sim", k))
+    for k in range(n_real):
+        real.add(("real", k))
+    if n_sim:
+        sim.update_priorities(np.arange(n_sim), rng.normal(size=n_sim))
+    if n_real:
+        real.update_priorities(np.arange(n_real), rng.normal(size=n_real) * 3)
+    return sim, real
+
+
+def test_split_rounds_half_up(lesson):
+    fw = lesson.load("flywheel.py")
+    sim, real = make_pools(fw, 5, 5)
+    cases = {(0.25, 10): 3, (0.25, 6): 2, (0.125, 4): 1, (0.375, 4): 2, (0.25, 3): 1, (0.0, 7): 0, (1.0, 7): 7,
+             (0.5, 1): 1, (0.3, 10): 3, (0.25, 0): 0, (0.625, 4): 3}
+    for (frac, b), n_real in cases.items():
+        assert fw.MixedReplay(sim, real, frac).split(b) == (n_real, b - n_real), f"fraction {frac}, B = {b}"
+
+
+def test_mixed_batches_hold_the_ratio_and_the_stated_draws(lesson):
+    fw = lesson.load("flywheel.py")
+    sim, real = make_pools(fw, 40, 17)
+    mix = fw.MixedReplay(sim, real, 0.25)
+    rng, check = np.random.default_rng(9), np.random.default_rng(9)
+    for _ in range(5):
+        b = mix.sample(10, rng)
+        assert b.pools.dtype == np.int8, f"pools must be int8, got {b.pools.dtype}"
+        assert b.indices.dtype == np.int64 and b.weights.dtype == np.float64
+        np.testing.assert_array_equal(b.pools, [1, 1, 1] + [0] * 7)
+        ri, rw = real.sample(3, check)
+        si, sw = sim.sample(7, check)
+        np.testing.assert_array_equal(b.indices, np.concatenate([ri, si]))
+        np.testing.assert_allclose(b.weights, np.concatenate([rw, sw]), rtol=1e-15)
+        assert b.items == [real.items[i] for i in ri] + [sim.items[i] for i in si]
+    # all-sim with an empty real pool is fine; a real row from an empty pool is not
+    sim2, real2 = make_pools(fw, 12, 0)
+    b = fw.MixedReplay(sim2, real2, 0.0).sample(5, np.random.default_rng(0))
+    assert list(b.pools) == [0] * 5
+    with pytest.raises(ValueError):
+        fw.MixedReplay(sim2, real2, 0.2).sample(5, np.random.default_rng(0))
+
+
+def test_priorities_change_only_on_the_sampled_rows_of_each_pool(lesson):
+    fw = lesson.load("flywheel.py")
+    sim, real = make_pools(fw, 40, 17)
+    mix = fw.MixedReplay(sim, real, 0.375)
+    b = mix.sample(8, np.random.default_rng(10))
+    before_sim, before_real = sim.sums.nodes.copy(), real.sums.nodes.copy()
+    batch_copy = copy.deepcopy(b)
+    td = np.linspace(-3.0, 4.0, 8)
+    mix.update_priorities(b, td)
+    np.testing.assert_array_equal(b.indices, batch_copy.indices)
+    for pool, before, rows in ((sim, before_sim, b.pools == 0), (real, before_real, b.pools == 1)):
+        leaves_now = pool.sums.nodes[pool.sums.base:pool.sums.base + len(pool)]
+        leaves_then = before[pool.sums.base:pool.sums.base + len(pool)]
+        changed = set(np.flatnonzero(leaves_now != leaves_then).tolist())
+        assert changed == set(b.indices[rows].tolist()), "priorities changed outside the sampled rows"
+        last = dict(zip(b.indices[rows].tolist(), td[rows].tolist()))   # a repeated slot keeps its last delta
+        for i, d in last.items():
+            assert pool.sums.get(i) == pytest.approx((abs(d) + pool.eps) ** pool.alpha, rel=1e-14)
+
+
+def test_each_pool_keeps_its_own_max_raw(lesson):
+    """Real rows carry |delta| = 50, sim rows |delta| <= 4: the sim pool's max_raw (and so the priority its next new
+    transition enters at) must come from the sim rows alone."""
+    fw = lesson.load("flywheel.py")
+    alpha, beta, eps = 0.6, 0.4, 1e-3
+    sim, real = fw.PrioritizedReplay(32, alpha, beta, eps), fw.PrioritizedReplay(16, alpha, beta, eps)
+    for k in range(20):
+        sim.add(("sim", k))
+    for k in range(10):
+        real.add(("real", k))
+    mix = fw.MixedReplay(sim, real, 0.5)
+    rng = np.random.default_rng(12)
+    for sim_scale in (0.5, 4.0):                                # first round: every sim |delta| < 1
+        b = mix.sample(8, rng)
+        is_real = b.pools == 1
+        td = np.where(is_real, 50.0 * np.sign(rng.normal(size=8)), rng.uniform(-sim_scale, sim_scale, size=8))
+        mix.update_priorities(b, td)
+        expect_sim = max(1.0, float(np.abs(td[~is_real]).max()))
+        assert sim.max_raw == expect_sim, f"sim max_raw {sim.max_raw}, expected {expect_sim}: real deltas leaked"
+        assert real.max_raw == 50.0
+        slot = sim.add(("sim", "new"))
+        assert sim.sums.get(slot) == pytest.approx((sim.max_raw + eps) ** alpha, rel=1e-15)
+        assert sim.sums.get(slot) == pytest.approx((expect_sim + eps) ** alpha, rel=1e-15)
+        slot = real.add(("real", "new"))
+        assert real.sums.get(slot) == pytest.approx((50.0 + eps) ** alpha, rel=1e-15)
+
+
+# -------------------------------------------------------------------------------- ingest and robot, in-process
+def fake(robot, seqs):
+    return [{"robot": robot, "seq": s, "episode": 0, "t": s, "obs": [float(s)], "action": 0, "reward": 0.0,
+             "done": False} for s in seqs]
+
+
+def test_ingest_commits_in_order_exactly_once(lesson):
+    fw = lesson.load("flywheel.py")
+    ing = fw.Ingest(fw.PrioritizedReplay(64))
+    assert ing.receive(0, fake(0, range(4))) == 4
+    assert ing.receive(1, fake(1, range(2))) == 2
+    with pytest.raises(ValueError):
+        ing.receive(1, fake(0, [0]))                          # foreign robot, seq below robot 1's ack: not a duplicate
+    assert ing.duplicates == 0 and ing.ack(1) == 2, "the robot check comes before the seq check"
+    assert ing.receive(0, fake(0, range(2, 7))) == 7          # overlaps the ack: 2, 3 are duplicates
+    assert ing.duplicates == 2
+    assert ing.receive(0, []) == 7
+    with pytest.raises(ValueError):
+        ing.receive(0, fake(0, [7, 8, 10, 11]))              # a gap after 8
+    assert ing.ack(0) == 9, "what came before the gap stays committed"
+    with pytest.raises(ValueError):
+        ing.receive(1, fake(0, [2]))                          # robot 0's transition on robot 1's stream
+    assert ing.ack(1) == 2
+    with pytest.raises(ValueError):                           # a foreign transition mid-chunk: what came before stays
+        ing.receive(1, fake(1, [1, 2]) + fake(0, [3]) + fake(1, [3]))
+    assert ing.ack(1) == 3 and ing.duplicates == 3 and ing.ack(5) == 0
+    assert ing.committed == [(0, s) for s in range(4)] + [(1, 0), (1, 1)] + [(0, s) for s in range(4, 9)] + [(1, 2)]
+    assert [(t["robot"], t["seq"]) for t in ing.real.items[:len(ing.real)]] == ing.committed
+
+
+def test_robot_restart_continues_from_its_outbox(lesson, tmp_path):
+    fw = lesson.load("flywheel.py")
+    box = tmp_path / "robot3.jsonl"
+    r = fw.Robot(3, str(box), episode_len=4)
+    first = r.produce(6)
+    assert [t["seq"] for t in first] == list(range(6))
+    assert [(t["episode"], t["t"]) for t in first] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
+    assert fw.read_outbox(box) == first
+    with open(box, "ab") as f:                                # the process died inside a write
+        f.write(b'{"robot": 3, "seq": 6, "epi')
+    again = fw.Robot(3, str(box), episode_len=4)              # a new incarnation, nothing in memory
+    assert again.unacked(4) == first[4:]
+    assert again.unacked(6) == [] and again.unacked(0) == first
+    nxt = again.produce(2)
+    assert [(t["seq"], t["episode"], t["t"]) for t in nxt] == [(6, 2, 0), (7, 2, 1)], \
+        "a new incarnation continues the seqs on disk and starts a new episode at t = 0"
+    assert fw.read_outbox(box) == first + nxt
+
+
+# ------------------------------------------------------- field oracles (RLlib, torchrl): slower imports, after the fast tests
+@pytest.mark.requires("ray")
+def test_trees_agree_with_rllib_segment_trees(lesson):
+    """RLlib's SumSegmentTree.find_prefixsum_idx descends with `left > u` (the same half-open intervals); it needs a
+    power-of-two capacity, so ours is compared with RLlib's of size `base` whose extra leaves stay 0."""
+    import ray
+
+    src = Path(ray.__file__).parent / "rllib" / "execution" / "segment_tree.py"
+    spec = importlib.util.spec_from_file_location("rllib_segment_tree", src)
+    rl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rl)
+    fw = lesson.load("flywheel.py")
+    rng = np.random.default_rng(3)
+    for cap in (3, 11, 64, 77):
+        ours, mins = fw.SumTree(cap), fw.MinTree(cap)
+        theirs, their_min = rl.SumSegmentTree(ours.base), rl.MinSegmentTree(ours.base)
+        for _ in range(4 * cap):
+            i, v = int(rng.integers(cap)), float(rng.exponential() * (rng.random() < 0.8))
+            ours.update(i, v)
+            mins.update(i, v)
+            theirs[i] = v
+            their_min[i] = v
+        assert ours.total() == theirs.sum()
+        assert mins.reduce() == their_min.min(0, cap)
+        for u in rng.random(200) * ours.total():
+            assert ours.find(float(u)) == theirs.find_prefixsum_idx(float(u))
+
+
 @pytest.mark.requires("torchrl")
 def test_matches_torchrl_prioritized_sampler(lesson, monkeypatch):
     """torchrl's alpha, eps, default priority (max raw priority, 1 at first) and weight = (p_i / p_min)^-beta."""
@@ -300,114 +445,6 @@ def test_matches_torchrl_prioritized_sampler(lesson, monkeypatch):
         index, info = theirs.sample(storage, 16)
         np.testing.assert_allclose(ours.weights(index.numpy()), info["priority_weight"].numpy(), rtol=1e-12,
                                    err_msg=f"step {step}: IS weights differ from torchrl's")
-
-
-# -------------------------------------------------------------------------------------------- mixed replay
-def make_pools(fw, n_sim, n_real, alpha=0.6, beta=0.4, eps=1e-3, seed=8):
-    rng = np.random.default_rng(seed)
-    sim, real = fw.PrioritizedReplay(64, alpha, beta, eps), fw.PrioritizedReplay(32, alpha, beta, eps)
-    for k in range(n_sim):
-        sim.add(("sim", k))
-    for k in range(n_real):
-        real.add(("real", k))
-    if n_sim:
-        sim.update_priorities(np.arange(n_sim), rng.normal(size=n_sim))
-    if n_real:
-        real.update_priorities(np.arange(n_real), rng.normal(size=n_real) * 3)
-    return sim, real
-
-
-def test_split_rounds_half_up(lesson):
-    fw = lesson.load("flywheel.py")
-    sim, real = make_pools(fw, 5, 5)
-    cases = {(0.25, 10): 3, (0.25, 6): 2, (0.125, 4): 1, (0.375, 4): 2, (0.25, 3): 1, (0.0, 7): 0, (1.0, 7): 7,
-             (0.5, 1): 1, (0.3, 10): 3, (0.25, 0): 0, (0.625, 4): 3}
-    for (frac, b), n_real in cases.items():
-        assert fw.MixedReplay(sim, real, frac).split(b) == (n_real, b - n_real), f"fraction {frac}, B = {b}"
-
-
-def test_mixed_batches_hold_the_ratio_and_the_stated_draws(lesson):
-    fw = lesson.load("flywheel.py")
-    sim, real = make_pools(fw, 40, 17)
-    mix = fw.MixedReplay(sim, real, 0.25)
-    rng, check = np.random.default_rng(9), np.random.default_rng(9)
-    for _ in range(5):
-        b = mix.sample(10, rng)
-        np.testing.assert_array_equal(b.pools, [1, 1, 1] + [0] * 7)
-        ri, rw = real.sample(3, check)
-        si, sw = sim.sample(7, check)
-        np.testing.assert_array_equal(b.indices, np.concatenate([ri, si]))
-        np.testing.assert_allclose(b.weights, np.concatenate([rw, sw]), rtol=1e-15)
-        assert b.items == [real.items[i] for i in ri] + [sim.items[i] for i in si]
-    # all-sim with an empty real pool is fine; a real row from an empty pool is not
-    sim2, real2 = make_pools(fw, 12, 0)
-    b = fw.MixedReplay(sim2, real2, 0.0).sample(5, np.random.default_rng(0))
-    assert list(b.pools) == [0] * 5
-    with pytest.raises(ValueError):
-        fw.MixedReplay(sim2, real2, 0.2).sample(5, np.random.default_rng(0))
-
-
-def test_priorities_change_only_on_the_sampled_rows_of_each_pool(lesson):
-    fw = lesson.load("flywheel.py")
-    sim, real = make_pools(fw, 40, 17)
-    mix = fw.MixedReplay(sim, real, 0.375)
-    b = mix.sample(8, np.random.default_rng(10))
-    before_sim, before_real = sim.sums.nodes.copy(), real.sums.nodes.copy()
-    batch_copy = copy.deepcopy(b)
-    td = np.linspace(-3.0, 4.0, 8)
-    mix.update_priorities(b, td)
-    np.testing.assert_array_equal(b.indices, batch_copy.indices)
-    for pool, before, rows in ((sim, before_sim, b.pools == 0), (real, before_real, b.pools == 1)):
-        leaves_now = pool.sums.nodes[pool.sums.base:pool.sums.base + len(pool)]
-        leaves_then = before[pool.sums.base:pool.sums.base + len(pool)]
-        changed = set(np.flatnonzero(leaves_now != leaves_then).tolist())
-        assert changed == set(b.indices[rows].tolist()), "priorities changed outside the sampled rows"
-        last = dict(zip(b.indices[rows].tolist(), td[rows].tolist()))   # a repeated slot keeps its last delta
-        for i, d in last.items():
-            assert pool.sums.get(i) == pytest.approx((abs(d) + pool.eps) ** pool.alpha, rel=1e-14)
-
-
-# -------------------------------------------------------------------------------- ingest and robot, in-process
-def fake(robot, seqs):
-    return [{"robot": robot, "seq": s, "episode": 0, "t": s, "obs": [float(s)], "action": 0, "reward": 0.0,
-             "done": False} for s in seqs]
-
-
-def test_ingest_commits_in_order_exactly_once(lesson):
-    fw = lesson.load("flywheel.py")
-    ing = fw.Ingest(fw.PrioritizedReplay(64))
-    assert ing.receive(0, fake(0, range(4))) == 4
-    assert ing.receive(1, fake(1, range(2))) == 2
-    assert ing.receive(0, fake(0, range(2, 7))) == 7          # overlaps the ack: 2, 3 are duplicates
-    assert ing.duplicates == 2
-    assert ing.receive(0, []) == 7
-    with pytest.raises(ValueError):
-        ing.receive(0, fake(0, [7, 8, 10, 11]))              # a gap after 8
-    assert ing.ack(0) == 9, "what came before the gap stays committed"
-    with pytest.raises(ValueError):
-        ing.receive(1, fake(0, [2]))                          # robot 0's transition on robot 1's stream
-    assert ing.ack(1) == 2 and ing.ack(5) == 0
-    assert ing.committed == [(0, s) for s in range(4)] + [(1, 0), (1, 1)] + [(0, s) for s in range(4, 9)]
-    assert [(t["robot"], t["seq"]) for t in ing.real.items[:len(ing.real)]] == ing.committed
-
-
-def test_robot_restart_continues_from_its_outbox(lesson, tmp_path):
-    fw = lesson.load("flywheel.py")
-    box = tmp_path / "robot3.jsonl"
-    r = fw.Robot(3, str(box), episode_len=4)
-    first = r.produce(6)
-    assert [t["seq"] for t in first] == list(range(6))
-    assert [(t["episode"], t["t"]) for t in first] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
-    assert fw.read_outbox(box) == first
-    with open(box, "ab") as f:                                # the process died inside a write
-        f.write(b'{"robot": 3, "seq": 6, "epi')
-    again = fw.Robot(3, str(box), episode_len=4)              # a new incarnation, nothing in memory
-    assert again.unacked(4) == first[4:]
-    assert again.unacked(6) == [] and again.unacked(0) == first
-    nxt = again.produce(2)
-    assert [(t["seq"], t["episode"], t["t"]) for t in nxt] == [(6, 2, 0), (7, 2, 1)], \
-        "a new incarnation continues the seqs on disk and starts a new episode at t = 0"
-    assert fw.read_outbox(box) == first + nxt
 
 
 # --------------------------------------------------------------------------------------- the Ray drill
