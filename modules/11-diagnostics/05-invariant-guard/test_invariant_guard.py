@@ -5,7 +5,8 @@ tests strip them before the learner's checker reads a script), the `runtime-*` l
 Hidden variants are generated here from the given scripts: the markers stripped, local names and helpers renamed,
 `import torch as T2`, `from torch import cuda`, lines shifted, the step renamed or marked `# hot-path` instead.
 Order: the static checks on the scripts first (milliseconds, they catch most static bugs), then hand-written cases,
-then the runtime guard (a few tiny CPU steps), then determinism.
+then the bit comparisons of the determinism check (microseconds), then the runtime guard (a few tiny CPU steps), and
+last the given training scripts under the guard and twice under the same seed.
 """
 
 from __future__ import annotations
@@ -183,6 +184,8 @@ CASES = [
     (["torch.cuda.synchronize()", "torch.cuda.is_available()", "torch.cuda.current_device()"], {0: "cuda-sync"}),
     (["rows = sorted(cfg, key=lambda r: r.item())", "def inner():", "    return t.tolist()"],
      {0: "item", 2: "tolist"}),
+    (["print(t if n > 0 else 'off')", "u = t if n else None", "print(u)"], {}),
+    (["w = (t", "     .detach()", "     .cpu())", "v = float(", "    t.sum())"], {0: "cpu", 3: "scalar-cast"}),
 ]
 
 
@@ -269,11 +272,128 @@ def test_hot_path_roots_markers_and_transitive_helpers(ig):
     assert ig.find_host_syncs(src, None) == set()
 
 
+SAME_NAMES = '''import torch
+
+
+def helper(t):
+    return t.cpu()
+
+
+@torch.no_grad()  # hot-path
+def decorated(t):
+    return t.item()
+
+
+@torch.no_grad()
+def marked_def(t):  # hot-path
+    return t.numpy()
+
+
+class Trainer:
+    def helper(self, t):
+        return t
+
+    def train_step(self, t):  # hot-path
+        return self.helper(t)
+
+
+def train_step(trainer, t):
+    trainer.helper(t)
+    return t
+'''
+
+
+def test_hot_path_ignores_method_calls_and_decorator_lines(ig):
+    assert ig.find_host_syncs(SAME_NAMES, "train_step") == {(15, "numpy")}
+    assert ig.find_host_syncs(SAME_NAMES, None) == {(15, "numpy")}
+
+
 def test_call_twice_gives_the_same_answer(ig, lesson):
     source, expected = _labels(_source(lesson, "planted_syncs"))
     first = ig.find_host_syncs(source, "train_step")
     assert ig.find_host_syncs(HOT, "train_step") != first
     assert ig.find_host_syncs(source, "train_step") == first == expected
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# determinism (the fast cases; the training scripts run last)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _sequence(*results):
+    it = iter(results)
+    return lambda: next(it)
+
+
+def test_determinism_compares_structure_dtype_and_leaf_types(ig):
+    t = torch.arange(4, dtype=torch.float32)
+    assert ig.bitwise_deterministic(_sequence((t, [t], {"a": t, "k": 2}), (t.clone(), [t.clone()], {"a": t, "k": 2})), 3)
+    assert not ig.bitwise_deterministic(_sequence((t,), [t]), 3)
+    assert not ig.bitwise_deterministic(_sequence({"a": t}, {"b": t}), 3)
+    assert not ig.bitwise_deterministic(_sequence(torch.zeros(3), torch.zeros(3, dtype=torch.int32)), 3)
+    assert not ig.bitwise_deterministic(_sequence(torch.zeros(2, dtype=torch.int16), torch.zeros(2, dtype=torch.bfloat16)), 3)
+    assert not ig.bitwise_deterministic(_sequence(1, 1.0), 3)
+    assert not ig.bitwise_deterministic(_sequence((t, 1), (t, True)), 3)
+    assert ig.bitwise_deterministic(_sequence((t, "x", None, 2.5), (t, "x", None, 2.5)), 3)
+
+
+def test_determinism_reseeds_before_each_run_and_compares_bits(ig):
+    def dropout_step():
+        x = torch.linspace(-1, 1, 33)
+        return torch.nn.functional.dropout(x, p=0.5, training=True), torch.randn(2, 3)
+
+    assert ig.bitwise_deterministic(dropout_step, 7)
+    calls = []
+
+    def one_ulp_drift():  # the second run differs by one float32 ulp in one element
+        calls.append(1)
+        out = torch.rand(6, dtype=torch.float32)
+        if len(calls) % 2 == 0:
+            out[4] = torch.nextafter(out[4], torch.tensor(2.0))
+        return out
+
+    assert not ig.bitwise_deterministic(one_ulp_drift, 7)
+    nan_out = torch.tensor([1.0, float("nan"), -0.0])
+    assert ig.bitwise_deterministic(lambda: {"a": nan_out.clone(), "n": 3}, 7)
+    flips = iter([0.0, -0.0])
+    assert not ig.bitwise_deterministic(lambda: torch.tensor([next(flips)]), 7)  # -0.0 == 0.0, bits differ
+    shapes = iter([torch.zeros(2, 3), torch.zeros(3, 2)])
+    assert not ig.bitwise_deterministic(lambda: next(shapes), 7)
+    dtypes = iter([torch.zeros(3), torch.zeros(3, dtype=torch.float64)])
+    assert not ig.bitwise_deterministic(lambda: next(dtypes), 7)
+    lists = iter([[torch.ones(1)], [torch.ones(1), torch.ones(1)]])
+    assert not ig.bitwise_deterministic(lambda: next(lists), 7)
+    counter = iter(range(10))
+    assert not ig.bitwise_deterministic(lambda: (torch.ones(1), next(counter)), 7)
+    assert ig.bitwise_deterministic(lambda: torch.empty(0), 7)
+
+
+def test_determinism_sets_and_restores_deterministic_algorithms(ig):
+    seen = []
+
+    def probe():
+        seen.append((torch.are_deterministic_algorithms_enabled(), torch.initial_seed()))
+        return torch.ones(1)
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        assert ig.bitwise_deterministic(probe, 99)
+        assert seen == [(True, 99), (True, 99)]
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        torch.use_deterministic_algorithms(False)
+
+        def boom():
+            raise RuntimeError("step failed")
+
+        with pytest.raises(RuntimeError, match="step failed"):
+            ig.bitwise_deterministic(boom, 1)
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert ig.bitwise_deterministic(probe, 5)
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert seen[-2:] == [(True, 5), (True, 5)]
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -307,6 +427,33 @@ def test_guard_records_each_host_sync_in_order(ig):
     with ig.HotPathGuard() as fresh:
         t.add(1.0)
     assert fresh.events == []
+
+
+def test_promotion_rule_conditions(ig):
+    """Each condition of the promotion rule on its own: a floating output is required, keyword tensors (`other=`,
+    `out=`) are arguments, the category of a tensor is its dim() (not its number of elements)."""
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(4, 3, generator=g).to(torch.bfloat16)
+    f = torch.randn(4, 3, generator=g)
+    one_bf16, empty_bf16 = torch.ones(1, dtype=torch.bfloat16), torch.ones(0, dtype=torch.bfloat16)
+    vec, scalar = torch.rand(3, generator=g), torch.tensor(1.5)
+    out_f32, out_bf16 = torch.empty(4, 3), torch.empty(4, 3, dtype=torch.bfloat16)
+    with ig.HotPathGuard() as guard:
+        h > f  # noqa: B015
+        torch.eq(h, f)
+        torch.isclose(h.float(), f)
+        empty_bf16 + scalar  # noqa: B018
+        h.add(f.sum())
+    assert guard.events == [], "a boolean output or a bf16 (0,) vector + a float32 0-dim tensor is not a promotion"
+    with ig.HotPathGuard() as guard:
+        torch.add(f, other=h)
+        torch.mul(input=h, other=f)
+        vec + one_bf16  # noqa: B018
+        one_bf16 * vec  # noqa: B018
+        torch.add(h, h, out=out_f32)
+        torch.add(f, f, out=out_bf16)
+    assert guard.events == [("promotion", n) for n in ("add", "mul", "add", "mul", "add", "add")], guard.events
+    assert out_f32.dtype == torch.float32 and out_bf16.dtype == torch.bfloat16
 
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
@@ -398,11 +545,6 @@ def test_guard_on_the_given_training_steps(ig, lesson):
         assert (syncs, promotions) == (want_syncs, want_promotions), (name, guard.events)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# determinism
-# ---------------------------------------------------------------------------------------------------------------
-
-
 def _two_steps(mod):
     def run():
         state = mod.make_state(0)
@@ -417,62 +559,3 @@ def test_determinism_of_the_given_scripts(ig, lesson, capsys):
         want = {"yes": True, "no": False}[_doc_field(mod, "deterministic")]
         assert ig.bitwise_deterministic(_two_steps(mod), 1234) is want, name
     capsys.readouterr()
-
-
-def test_determinism_reseeds_before_each_run_and_compares_bits(ig):
-    def dropout_step():
-        x = torch.linspace(-1, 1, 33)
-        return torch.nn.functional.dropout(x, p=0.5, training=True), torch.randn(2, 3)
-
-    assert ig.bitwise_deterministic(dropout_step, 7)
-    calls = []
-
-    def one_ulp_drift():  # the second run differs by one float32 ulp in one element
-        calls.append(1)
-        out = torch.rand(6, dtype=torch.float32)
-        if len(calls) % 2 == 0:
-            out[4] = torch.nextafter(out[4], torch.tensor(2.0))
-        return out
-
-    assert not ig.bitwise_deterministic(one_ulp_drift, 7)
-    nan_out = torch.tensor([1.0, float("nan"), -0.0])
-    assert ig.bitwise_deterministic(lambda: {"a": nan_out.clone(), "n": 3}, 7)
-    flips = iter([0.0, -0.0])
-    assert not ig.bitwise_deterministic(lambda: torch.tensor([next(flips)]), 7)  # -0.0 == 0.0, bits differ
-    shapes = iter([torch.zeros(2, 3), torch.zeros(3, 2)])
-    assert not ig.bitwise_deterministic(lambda: next(shapes), 7)
-    dtypes = iter([torch.zeros(3), torch.zeros(3, dtype=torch.float64)])
-    assert not ig.bitwise_deterministic(lambda: next(dtypes), 7)
-    lists = iter([[torch.ones(1)], [torch.ones(1), torch.ones(1)]])
-    assert not ig.bitwise_deterministic(lambda: next(lists), 7)
-    counter = iter(range(10))
-    assert not ig.bitwise_deterministic(lambda: (torch.ones(1), next(counter)), 7)
-    assert ig.bitwise_deterministic(lambda: torch.empty(0), 7)
-
-
-def test_determinism_sets_and_restores_deterministic_algorithms(ig):
-    seen = []
-
-    def probe():
-        seen.append((torch.are_deterministic_algorithms_enabled(), torch.initial_seed()))
-        return torch.ones(1)
-
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    try:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        assert ig.bitwise_deterministic(probe, 99)
-        assert seen == [(True, 99), (True, 99)]
-        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
-        torch.use_deterministic_algorithms(False)
-
-        def boom():
-            raise RuntimeError("step failed")
-
-        with pytest.raises(RuntimeError, match="step failed"):
-            ig.bitwise_deterministic(boom, 1)
-        assert not torch.are_deterministic_algorithms_enabled()
-        assert ig.bitwise_deterministic(probe, 5)
-        assert not torch.are_deterministic_algorithms_enabled()
-        assert seen[-2:] == [(True, 5), (True, 5)]
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
