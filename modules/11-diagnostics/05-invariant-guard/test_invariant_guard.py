@@ -186,13 +186,21 @@ CASES = [
      {0: "item", 2: "tolist"}),
     (["print(t if n > 0 else 'off')", "u = t if n else None", "print(u)"], {}),
     (["w = (t", "     .detach()", "     .cpu())", "v = float(", "    t.sum())"], {0: "cpu", 3: "scalar-cast"}),
+    (["print(t.cpu())", "print(f'{t.item():.3f}')", "print(float(t))"],
+     {0: "cpu, print-tensor", 1: "item", 2: "scalar-cast"}),
+    (["v = (1", "     if t.any() else 2)", "if (", "    t > 0", "):", "    pass"], {0: "tensor-if", 2: "tensor-if"}),
+    (["v = int(t, 2)", "w = int(t.sum(), n)"], {}),
+    (["def inner(x: torch.Tensor, y):", "    a = float(x)", "    b = float(t)", "    return a + b",
+      "def marked(x: torch.Tensor):  # hot-path", "    return float(x)"], {2: "scalar-cast", 5: "scalar-cast"}),
+    (["ok = [x for x in cfg if t.any()]", "w = [1 if t.any() else 0 for _ in cfg]", "z = {k: 1 for k in cfg if t > 0}"],
+     {1: "tensor-if"}),
 ]
 
 
 def test_hand_written_cases_one_rule_each(ig):
     for body, want in CASES:
         source = HEAD + "".join(f"    {line}\n" for line in body) + "    return t\n"
-        expected = {(BODY_LINE + i, rule) for i, rule in want.items()}
+        expected = {(BODY_LINE + i, r.strip()) for i, rules in want.items() for r in rules.split(",")}
         got = ig.find_host_syncs(source, "train_step")
         assert got == expected, f"\n{source}\nmissing {sorted(expected - got)}, false positives {sorted(got - expected)}"
 
@@ -303,9 +311,31 @@ def train_step(trainer, t):
 '''
 
 
+ONLY_METHODS = '''import torch
+
+
+class Logger:
+    def flush(self):
+        torch.cuda.synchronize()
+
+    def train_step(self, t):
+        def emit():
+            return t.item()
+        return emit
+
+
+def train_step(t):
+    flush()
+    emit()
+    return t
+'''
+
+
 def test_hot_path_ignores_method_calls_and_decorator_lines(ig):
     assert ig.find_host_syncs(SAME_NAMES, "train_step") == {(15, "numpy")}
     assert ig.find_host_syncs(SAME_NAMES, None) == {(15, "numpy")}
+    # a bare call follows top-level defs only: no method `flush`, no nested `emit` of the same name
+    assert ig.find_host_syncs(ONLY_METHODS, "train_step") == set()
 
 
 def test_call_twice_gives_the_same_answer(ig, lesson):
@@ -438,6 +468,7 @@ def test_promotion_rule_conditions(ig):
     one_bf16, empty_bf16 = torch.ones(1, dtype=torch.bfloat16), torch.ones(0, dtype=torch.bfloat16)
     vec, scalar = torch.rand(3, generator=g), torch.tensor(1.5)
     out_f32, out_bf16 = torch.empty(4, 3), torch.empty(4, 3, dtype=torch.bfloat16)
+    row_f32 = torch.empty(3)
     with ig.HotPathGuard() as guard:
         h > f  # noqa: B015
         torch.eq(h, f)
@@ -452,7 +483,8 @@ def test_promotion_rule_conditions(ig):
         one_bf16 * vec  # noqa: B018
         torch.add(h, h, out=out_f32)
         torch.add(f, f, out=out_bf16)
-    assert guard.events == [("promotion", n) for n in ("add", "mul", "add", "mul", "add", "add")], guard.events
+        torch.sum(h, 0, dtype=None, out=row_f32)  # dtype=None is not an explicit dtype: bf16 -> float32
+    assert guard.events == [("promotion", n) for n in ("add", "mul", "add", "mul", "add", "add", "sum")], guard.events
     assert out_f32.dtype == torch.float32 and out_bf16.dtype == torch.bfloat16
 
 
@@ -508,6 +540,7 @@ def test_explicit_casts_and_dtype_arguments_are_not_promotions(ig):
     g = torch.Generator().manual_seed(2)
     h = torch.randn(4, 3, generator=g).to(torch.bfloat16)
     f = torch.randn(4, 3, generator=g)
+    row_f32 = torch.empty(3)
     with ig.HotPathGuard() as guard:
         h.float()
         h.to(torch.float32)
@@ -516,6 +549,7 @@ def test_explicit_casts_and_dtype_arguments_are_not_promotions(ig):
         f.type_as(h)
         torch.sum(h, dim=0, dtype=torch.float32)
         torch.softmax(h, dim=-1, dtype=torch.float32)
+        torch.sum(h, 0, dtype=torch.float32, out=row_f32)
         f.clone().copy_(h)
         torch.cat([h, h])
         h * torch.tensor(2.0)
