@@ -215,6 +215,41 @@ def case_gap_in_window():
     return groups, ranks, [("0", 3, "all_reduce", "size", {2})]
 
 
+def case_majority_missing():
+    """Only rank 0 issued seq 2: ranks 1 and 2 lack it, and the ranks that lack a seq are blamed however many."""
+    groups = {"0": [0, 1, 2]}
+    ranks = {r: [ar("0", 1, 8)] for r in range(3)}
+    ranks[0].append(ar("0", 2, 8))
+    return dumps_of(groups, ranks), [("0", 2, "all_reduce", "missing", {1, 2})], True
+
+
+def case_no_dump_empty_group():
+    """Rank 2 left no dump; group 1 = {1, 2} has no entry on its only present member: no verdict for group 1."""
+    groups = {"0": [0, 1, 2], "1": [1, 2]}
+    dumps = dumps_of(groups, {r: [ar("0", 1, 8)] for r in range(3)})
+    del dumps[2]
+    return dumps, [("0", 1, "all_reduce", "no_dump", {2})], False   # torchfrtrace: "cannot decide", not compared
+
+
+def case_desc_names_other_group():
+    """Group 1's desc is "0", the world group's name: only process_group[0] says which group an entry is in."""
+    groups = {"0": [0, 1, 2], "1": [0, 1]}
+
+    def sub(seq):
+        return dict(entry("1", seq, "broadcast", [[3]]), process_group=("1", "0"))
+    ranks = {r: [ar("0", 1, 8)] + ([sub(1), sub(2)] if r < 2 else []) + [ar("0", 2, 9 if r == 2 else 8)]
+             for r in range(3)}
+    dumps = dumps_of(groups, ranks)
+    for d in dumps.values():
+        if "1" in d["pg_config"]:
+            d["pg_config"]["1"]["desc"] = "0"
+    return dumps, [("0", 2, "all_reduce", "size", {2})], True
+
+
+EDGES = {"majority_missing": case_majority_missing, "no_dump_empty_group": case_no_dump_empty_group,
+         "desc_names_other_group": case_desc_names_other_group}
+
+
 RULES = {"size_before_dtype": case_size_before_dtype, "missing_beats_mismatch": case_missing_beats_mismatch,
          "output_size": case_output_size, "member_without_entries": case_member_without_entries,
          "gap_in_window": case_gap_in_window}
@@ -227,6 +262,18 @@ TORCHFRTRACE_AGREES = {"several_groups", "state", "dtype", "two_culprits", "two_
 
 # torchfrtrace takes the op of its reference rank (the lowest) as the collective's name: it names rank 0's broadcast
 TORCHFRTRACE_NAMES = {"missing_beats_mismatch": "broadcast"}
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("name", sorted(EDGES))
+def test_rule_edges(hf, name, tmp_path):
+    """Rules 2-4 at their edges: the ranks lacking a seq are the culprits even as a majority; a group with no entry on
+    any present member gives no verdict (no no_dump); entries belong to the group named by process_group[0] only."""
+    dumps, want, compare = EDGES[name]()
+    got = as_tuples(hf.diagnose(dumps))
+    assert got == want, f"{name}: got {got}, expected {want}"
+    if compare:
+        assert torchfrtrace(write(dumps, tmp_path / name)) == want, "torchfrtrace disagrees with the expected verdict"
 
 
 @pytest.mark.points(1)
