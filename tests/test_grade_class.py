@@ -26,6 +26,19 @@ from pytest_hpccourse.classgrade import command, fetch, overlay, tasks
 from pytest_hpccourse.classgrade.roster import Submission
 
 pytestmark = pytest.mark.xdist_group("grade-class")
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_in_this_process() -> None:
+    """grade-class's driver runs in this process (`command.main`) and calls `ray.init` itself. Under xdist this
+    worker may have run other Ray tests first, so its own Ray (pooled drill actors included) goes first; a later
+    drill starts a new one (`drills.ray_session` re-initializes when Ray is down)."""
+    ray = pytest.importorskip("ray")
+    from pytest_hpccourse.runtimes.ray import drills
+
+    drills.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
 RESUME_CLASS = ["ref", "blank", "mutant", "tamper", "late"]
 COMMON = ["--deadline", factory.DEADLINE, "--test-timeout", "3", "--memory", "1.5G", "--timeout", "120",
           "--progress", "lines"]

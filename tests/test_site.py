@@ -126,8 +126,8 @@ def _secrets(course: sitepages.Course) -> list[tuple[str, str]]:
 
 # ---- data files ---------------------------------------------------------------------------------
 def test_plan_matches_the_tree(course: sitepages.Course) -> None:
-    assert len(course.modules) == 11
-    assert sum(len(m.plan.lessons) for m in course.modules) == 108
+    assert len(course.modules) == 12
+    assert sum(len(m.plan.lessons) for m in course.modules) == 111  # 108 + module 12's three capstones
     ids = [lesson.id for m in course.modules for lesson in m.plan.lessons]
     assert len(ids) == len(set(ids))
     on_disk = {p.name for p in (ROOT / "modules").iterdir() if (p / "pyproject.toml").is_file()}
@@ -226,8 +226,8 @@ def test_home_counts_come_from_the_tree(course: sitepages.Course) -> None:
     built = sum(len(m.lessons) for m in course.modules)
     assert f"目前已上线 {built} 课" in home
     diagram = sitepages.learning_path(course)
-    assert len(re.findall(r'^\s+M\d\d\["', diagram, re.M)) == 11
-    assert diagram.count("-.->") == 2 and diagram.count("subgraph P") == 5
+    assert len(re.findall(r'^\s+M\d\d\["', diagram, re.M)) == 12
+    assert diagram.count("-.->") == 2 and diagram.count("subgraph P") == 6  # six phases (6: system design)
     for m in course.modules:
         assert f"| {len(m.lessons)} / {len(m.plan.lessons)} |" in home
 

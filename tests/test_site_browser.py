@@ -98,14 +98,14 @@ def test_home_draws_the_learning_path(browser, server: str, tmp_path: Path) -> N
                            " return m && m.shadowRoot && m.shadowRoot.querySelector('svg'); }", timeout=30_000)
     nodes = page.evaluate("() => [...document.querySelector('div.mermaid').shadowRoot"
                           ".querySelectorAll('svg g.node')].map(n => n.textContent.trim())")
-    assert len(nodes) == 11, nodes
-    assert sum(t.startswith(f"{i:02d} ") for i in range(1, 12) for t in nodes) == 11
+    assert len(nodes) == 12, nodes
+    assert sum(t.startswith(f"{i:02d} ") for i in range(1, 13) for t in nodes) == 12
     clusters = page.evaluate("() => document.querySelector('div.mermaid').shadowRoot"
                              ".querySelectorAll('svg g.cluster').length")
     dashed = page.evaluate("() => [...document.querySelector('div.mermaid').shadowRoot"
                            ".querySelectorAll('svg path')].filter(p => (p.getAttribute('class') || '')"
                            ".includes('dotted')).length")
-    assert clusters == 5 and dashed == 2
+    assert clusters == 6 and dashed == 2
     assert "学习路径" in page.inner_text("article")
     _shot(page, "home", tmp_path, full_page=True)
     phone = ctx.new_page()
