@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -38,10 +37,6 @@ class Config:
     entropy_coef: float = 0.01
     step_time: float = 0.0      # seconds one env step takes (a simulator is slow; 0 in unit tests)
     seed: int = 0
-    # test hook: incarnation 0 of actor hang_at[0] stops halfway through unrolling seq hang_at[1], leaves the
-    # file signal_dir/hang-<actor>-<seq> and sleeps, so that a test can ray.kill it mid-rollout
-    hang_at: tuple[int, int] | None = None
-    signal_dir: str = ""
 
 
 def initial_params(cfg: Config) -> np.ndarray:
@@ -125,9 +120,6 @@ class RolloutActor:
         obs, actions = np.zeros(T, np.int64), np.zeros(T, np.int64)
         rewards, dones, logp = np.zeros(T), np.zeros(T, bool), np.zeros(T)
         for t in range(T):
-            if cfg.hang_at == (self.actor_id, seq) and self.incarnation == 0 and t == T // 2:
-                Path(cfg.signal_dir, f"hang-{self.actor_id}-{seq}").touch()
-                time.sleep(600)  # mid-rollout: the test kills this process now
             logits = self.params[self.state, :N_ACTIONS]
             log_probs = logits - np.logaddexp.reduce(logits)
             a = int(self.rng.choice(N_ACTIONS, p=np.exp(log_probs)))
@@ -290,7 +282,8 @@ def run(spawn: Callable[[int], object], learner: Learner, n_actors: int, per_act
     outstanding per actor and hand each result to `learner.add` as soon as it is ready (`ray.wait`). When an
     actor's process dies (`ray.get` raises `RayActorError` for each of its outstanding calls), replace it with
     one new `spawn(i)` — one restart however many of its calls fail — and send the failed seqs to the new
-    actor; more than `max_restarts` restarts in all: the RayActorError propagates. No actor outlives the call.
+    actor; a restart beyond `max_restarts` in all is not made: the RayActorError propagates (no spawn). Any
+    other exception propagates as `ray.get` raised it (no restart). No actor outlives the call.
     """
     import ray
     from ray.exceptions import RayActorError
